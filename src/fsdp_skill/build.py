@@ -1,0 +1,179 @@
+"""Pipeline driver: sources -> pages -> chunks -> index, rebuilt only when stale.
+
+The index is fresh when it was built for the installed torch and from exactly the page files
+present now (their fingerprint). Builds take a file lock, write into temp paths and rename,
+so concurrent first searches build once and nobody reads half a file.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+from . import paths
+from .freshness import stale_reason
+
+
+class BuildError(Exception):
+    """A build that cannot proceed; the message says what to do."""
+
+
+def _say(msg):
+    print(f"fsdp-skill: {msg}", file=sys.stderr, flush=True)
+
+
+def _api_pages_version(api_dir):
+    """torch version the generated docstring pages were built from, or None."""
+    marker = Path(api_dir) / ".torch_version"
+    return marker.read_text().strip() if marker.exists() else None
+
+
+def build_docstring_pages(api_dir, progress=_say):
+    """(Re)generate references/api from the installed torch, swapping the folder in whole."""
+    try:
+        import torch
+    except ImportError:
+        raise BuildError("building the API references needs torch: pip install torch") from None
+    from .sources.docstrings import build_pages
+
+    api_dir = Path(api_dir)
+    api_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".api-new-", dir=api_dir.parent))
+    try:
+        with warnings.catch_warnings():
+            # Touching deprecated aliases (torch.distributed.reduce_op) warns; not the user's concern.
+            warnings.simplefilter("ignore")
+            build_pages(tmp, str(torch.__version__), progress=None)
+        (tmp / ".torch_version").write_text(str(torch.__version__))
+        _swap_dir(tmp, api_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    progress(f"wrote API reference pages for torch {torch.__version__} to {api_dir}")
+
+
+def _swap_dir(new, target):
+    """Put folder `new` at `target`, replacing it; the old one is removed after the rename."""
+    target = Path(target)
+    old = None
+    if target.exists():
+        old = target.with_name(f".{target.name}-old-{os.getpid()}")
+        os.replace(target, old)
+    os.replace(new, target)
+    if old:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def collect_chunks(dirs):
+    """All chunks of all pages in `dirs` ({source: folder}), web pages shadowing docstring pages."""
+    from .chunking import chunk_page
+
+    chunks, web_pages = [], set()
+    for source in ("guide", "web", "docstring"):
+        folder = dirs.get(source)
+        if not folder or not os.path.isdir(folder):
+            continue
+        for path in sorted(Path(folder).rglob("*.md")):
+            if any(part.startswith(".") for part in path.relative_to(folder).parts):
+                continue
+            for c in chunk_page(path):
+                d = c.to_dict()
+                d["flags"] = ""
+                if source == "web":
+                    web_pages.add(c.page)
+                elif source == "docstring" and c.page in web_pages:
+                    # The scraped page replaces this one by default; `--source docstring` finds it.
+                    d["flags"] = "shadowed"
+                chunks.append(d)
+    return chunks
+
+
+def content_hash(dirs):
+    h = hashlib.sha256()
+    for source in sorted(dirs):
+        folder = dirs[source]
+        if not os.path.isdir(folder):
+            continue
+        for path in sorted(Path(folder).rglob("*.md")):
+            h.update(str(path.relative_to(folder)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def build_index(refs_root, index_dir, *, web_dir=None, guides_dir=None, torch_version=None, variant=None):
+    """Index the pages under refs_root (api/, guides/, web/) into index_dir; returns the manifest.
+
+    web_dir / guides_dir override where those pages are read from (the scraper indexes a new
+    web tree before swapping it in). Writes index.bin and manifest.json atomically.
+    """
+    from .index import builder
+
+    refs_root = Path(refs_root)
+    dirs = {
+        "docstring": str(refs_root / paths.SOURCE_DIRS["docstring"]),
+        "guide": str(guides_dir or (refs_root / paths.SOURCE_DIRS["guide"])),
+        "web": str(web_dir or (refs_root / paths.SOURCE_DIRS["web"])),
+    }
+    started = time.perf_counter()
+    chunks = collect_chunks(dirs)
+    if not chunks:
+        raise BuildError(f"no reference pages found under {refs_root}")
+    version = torch_version or _api_pages_version(dirs["docstring"]) or "none"
+    manifest = {
+        "torch_version": version,
+        "content_hash": content_hash(dirs),
+        "chunks": len(chunks),
+        "sources": {s: sum(1 for c in chunks if c["source"] == s) for s in ("docstring", "web", "guide")},
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    header = {k: str(v) for k, v in manifest.items() if k != "sources"}
+    index_dir = Path(index_dir)
+    index_dir.mkdir(parents=True, exist_ok=True)
+    n_terms = builder.build(chunks, str(index_dir / paths.INDEX_FILE), header, paths.fingerprint(dirs),
+                            variant=variant or builder.DEFAULT_VARIANT)
+    manifest["terms"] = n_terms
+    manifest["variant"] = variant or builder.DEFAULT_VARIANT
+    manifest["seconds"] = round(time.perf_counter() - started, 2)
+    from .pages import atomic_write
+
+    atomic_write(index_dir / "manifest.json", json.dumps(manifest, indent=2) + "\n")
+    return manifest
+
+
+def ensure_index(root=None, progress=_say, force=False):
+    """Return the path of a fresh index for the skill at `root`, building what is missing."""
+    root = root or paths.skill_root()
+    data = paths.data_dir(root)
+    index_file = paths.index_path(root)
+    dirs = paths.page_dirs(root)
+    torch_version = paths.installed_torch_version()
+    reason = "forced" if force else stale_reason(index_file, dirs, torch_version)
+    if reason is None:
+        return index_file
+    if torch_version is None and _api_pages_version(dirs["docstring"]) is None:
+        raise BuildError("no usable index, and building one needs torch: pip install torch, then rerun")
+    try:
+        os.makedirs(data, exist_ok=True)
+    except OSError as exc:
+        raise BuildError(f"cannot create {data} ({exc.strerror}); set FSDP_SKILL_DATA_DIR to a writable folder") from None
+    from filelock import FileLock
+
+    with FileLock(os.path.join(data, ".build.lock")):
+        # Another process may have built it while we waited for the lock.
+        reason = "forced" if force else stale_reason(index_file, dirs, torch_version)
+        if reason is None:
+            return index_file
+        progress(f"building the search index ({reason})")
+        api_dir = dirs["docstring"]
+        api_version = _api_pages_version(api_dir)
+        if force or api_version is None or (torch_version and api_version != torch_version):
+            if torch_version is not None:
+                build_docstring_pages(api_dir, progress)
+        manifest = build_index(data, os.path.dirname(index_file), guides_dir=dirs["guide"],
+                               torch_version=torch_version or _api_pages_version(api_dir))
+        progress(f"indexed {manifest['chunks']} chunks ({manifest['terms']} terms) in {manifest['seconds']} s")
+    return index_file

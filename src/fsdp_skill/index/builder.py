@@ -1,0 +1,98 @@
+"""Chunks -> BM25 term weights (via rank-bm25) -> index file.
+
+BM25's score of a document is a sum over query terms of a weight that depends only on the
+term and the document, so every weight is computed here once, with rank-bm25's own statistics
+(idf, document lengths), and the query path just adds them up.
+"""
+
+import math
+
+from ..tokenize import tokenize
+from .store import write_index
+
+# Field weights: a chunk's title and the API names it documents say what it is about far
+# more reliably than any one word of its body.
+FIELD_WEIGHTS = {"title": 3, "objects": 3, "crumbs": 1, "text": 1}
+VARIANTS = {
+    # name: (rank_bm25 class name, parameters)
+    "okapi": ("BM25Okapi", {"k1": 1.2, "b": 0.75, "epsilon": 0.25}),
+    "plus": ("BM25Plus", {"k1": 1.2, "b": 0.75, "delta": 1.0}),
+    "l": ("BM25L", {"k1": 1.2, "b": 0.75, "delta": 0.5}),
+}
+DEFAULT_VARIANT = "plus"
+
+
+def doc_tokens(chunk, weights=FIELD_WEIGHTS):
+    """The token stream BM25 sees for a chunk: fields repeated by their weight."""
+    tokens = []
+    title = chunk["title"]
+    tokens += tokenize(title) * weights["title"]
+    if chunk["objects"]:
+        tokens += tokenize(" ".join(chunk["objects"])) * weights["objects"]
+    if weights["crumbs"] and len(chunk["breadcrumbs"]) > 1:
+        tokens += tokenize(" ".join(chunk["breadcrumbs"][:-1])) * weights["crumbs"]
+    tokens += tokenize(chunk["text"]) * weights["text"]
+    return tokens
+
+
+def make_bm25(corpus_tokens, variant=DEFAULT_VARIANT):
+    import rank_bm25
+
+    cls_name, params = VARIANTS[variant]
+    return getattr(rank_bm25, cls_name)(corpus_tokens, **params)
+
+
+def term_weights(bm25, variant=DEFAULT_VARIANT):
+    """{term: (default, [(doc, weight)])}, replaying rank-bm25's get_scores formula per term.
+
+    `default` is the weight of a document without the term: 0 for Okapi and L, idf*delta for
+    Plus (BM25+ rewards every document a little for each query term).
+    """
+    k1, b = bm25.k1, bm25.b
+    avgdl = bm25.avgdl
+    norm = [1 - b + b * dl / avgdl for dl in bm25.doc_len]
+    postings = {}
+    for d, freqs in enumerate(bm25.doc_freqs):
+        for term, tf in freqs.items():
+            postings.setdefault(term, []).append((d, tf))
+    out = {}
+    for term, items in postings.items():
+        idf = bm25.idf.get(term) or 0
+        if variant == "okapi":
+            default = 0.0
+            weights = [(d, idf * (tf * (k1 + 1) / (tf + k1 * norm[d]))) for d, tf in items]
+        elif variant == "plus":
+            delta = bm25.delta
+            default = idf * delta
+            weights = [(d, idf * (delta + (tf * (k1 + 1)) / (k1 * norm[d] + tf))) for d, tf in items]
+        elif variant == "l":
+            delta = bm25.delta
+            default = 0.0
+            weights = []
+            for d, tf in items:
+                ctd = tf / norm[d]
+                weights.append((d, idf * tf * (k1 + 1) * (ctd + delta) / (k1 + ctd + delta)))
+        else:
+            raise ValueError(f"unknown BM25 variant {variant!r}")
+        out[term] = (default, weights)
+    return out
+
+
+def build(chunks, path, header, stamp, variant=DEFAULT_VARIANT, weights=FIELD_WEIGHTS):
+    """Index `chunks` (dicts) into the file at `path`; returns the number of terms."""
+    corpus = [doc_tokens(c, weights) for c in chunks]
+    # rank-bm25 divides by the corpus size and average length; an empty corpus is a caller bug.
+    if not corpus:
+        raise ValueError("no chunks to index")
+    for toks in corpus:
+        if not toks:
+            toks.append("")  # keeps doc numbering aligned; '' never matches a query token
+    bm25 = make_bm25(corpus, variant)
+    postings = term_weights(bm25, variant)
+    postings.pop("", None)
+    header = dict(header, variant=variant, k1=repr(bm25.k1), b=repr(bm25.b),
+                  avgdl=repr(bm25.avgdl), n_terms=str(len(postings)))
+    if not all(math.isfinite(w) for _, ws in postings.values() for _, w in ws):
+        raise ValueError("non-finite BM25 weight")
+    write_index(path, header, postings, chunks, stamp)
+    return len(postings)

@@ -1,0 +1,114 @@
+"""Where the skill, its references and its index live.
+
+Imported on every query: stdlib `os`/`sys` only (both are loaded by the interpreter anyway).
+"""
+
+import os
+import sys
+
+SKILL_NAME = "pytorch-fsdp"
+INDEX_FILE = "index.bin"
+# Page folders under references/, by the `source` their pages carry.
+SOURCE_DIRS = {"guide": "guides", "docstring": "api", "web": "web"}
+
+
+def skill_root():
+    """The skill folder: $FSDP_SKILL_ROOT, else the nearest folder above this file with SKILL.md.
+
+    Works for a checkout (src/fsdp_skill/ -> repo root), an editable install, and an installed
+    skill copy (DIR/pytorch-fsdp/src/fsdp_skill/).
+    """
+    env = os.environ.get("FSDP_SKILL_ROOT")
+    if env:
+        return os.path.abspath(env)
+    here = os.path.dirname(os.path.abspath(__file__))
+    d = here
+    for _ in range(4):
+        d = os.path.dirname(d)
+        if os.path.isfile(os.path.join(d, "SKILL.md")):
+            return d
+    # A plain (non-editable) install has no skill folder around it: keep data in the cache.
+    return os.path.join(user_cache_dir(), "skill")
+
+
+def user_cache_dir():
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "pytorch-fsdp-skill")
+
+
+def references_dir(root=None):
+    return os.path.join(root or skill_root(), "references")
+
+
+def _writable(path):
+    """True when `path` (or the nearest existing folder above it) accepts new files."""
+    while not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            return False
+        path = parent
+    return os.access(path, os.W_OK | os.X_OK)
+
+
+def data_dir(root=None):
+    """Folder for generated pages (api/, web/) and the index.
+
+    $FSDP_SKILL_DATA_DIR wins; else references/ inside the skill when it is writable; else a
+    per-skill folder in the user cache, so a read-only skill install still gets an index.
+    """
+    env = os.environ.get("FSDP_SKILL_DATA_DIR")
+    if env:
+        return os.path.abspath(env)
+    refs = references_dir(root)
+    if _writable(refs):
+        return refs
+    key = "".join(c if c.isalnum() else "_" for c in os.path.abspath(root or skill_root()))
+    return os.path.join(user_cache_dir(), key.strip("_")[-120:])
+
+
+def index_path(root=None):
+    return os.path.join(data_dir(root), "index", INDEX_FILE)
+
+
+def page_dirs(root=None):
+    """Folders holding pages, by source: guides ship with the skill, the rest are generated."""
+    data = data_dir(root)
+    return {
+        "guide": os.path.join(references_dir(root), SOURCE_DIRS["guide"]),
+        "docstring": os.path.join(data, SOURCE_DIRS["docstring"]),
+        "web": os.path.join(data, SOURCE_DIRS["web"]),
+    }
+
+
+def installed_torch_version():
+    """torch's version from its dist-info folder name, without importing torch (~1 s).
+
+    None when torch is not installed in this interpreter.
+    """
+    for entry in sys.path:
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue
+        for name in names:
+            if name.startswith("torch-") and name.endswith(".dist-info"):
+                return name[len("torch-"):-len(".dist-info")]
+    return None
+
+
+def fingerprint(dirs):
+    """One line per page file (`source/relpath size mtime_ns`), sorted: cheap to recompute on
+    every query (a few dozen stat calls), and any edit, addition or removal changes it."""
+    lines = []
+    for source in sorted(dirs):
+        top = dirs[source]
+        for folder, subdirs, files in os.walk(top):
+            subdirs[:] = [d for d in subdirs if not d.startswith(".")]
+            for name in files:
+                if name.endswith(".md") and not name.startswith("."):
+                    full = os.path.join(folder, name)
+                    st = os.stat(full)
+                    rel = os.path.relpath(full, top)
+                    lines.append(f"{source}/{rel}\t{st.st_size}\t{st.st_mtime_ns}")
+    lines.sort()
+    return "\n".join(lines)

@@ -1,0 +1,91 @@
+"""Query path: tokens -> BM25 scores from the index file -> ranked, de-duplicated chunks.
+
+Runs once per agent question in a fresh process, so it imports nothing heavy: no torch, numpy,
+sqlite, json or re (each costs milliseconds against a ~10 ms interpreter start).
+"""
+
+from . import paths
+from .expand import expand
+from .index.store import Index, IndexError_
+from .tokenize import tokenize
+
+MAX_QUERY_CHARS = 2000
+PER_PAGE_CAP = 3           # at most this many hits from one page in a result page
+
+
+class SearchError(Exception):
+    """A search that cannot be answered; the message is for the user."""
+
+
+def open_fresh(root=None, rebuild=True, progress=None):
+    """Open the skill's index, (re)building it first when it is missing or stale."""
+    from .freshness import stale_reason
+
+    index_file = paths.index_path(root)
+    torch_version = paths.installed_torch_version()
+    reason = stale_reason(index_file, paths.page_dirs(root), torch_version)
+    if reason is not None:
+        if not rebuild:
+            raise SearchError(f"index not usable: {reason}")
+        from .build import BuildError, ensure_index
+
+        try:
+            index_file = ensure_index(root, **({"progress": progress} if progress else {}))
+        except BuildError as exc:
+            raise SearchError(str(exc)) from None
+        except ImportError as exc:
+            raise SearchError(f"building the index needs {exc.name}: pip install the skill's "
+                              "dependencies (pip install -e . in the skill folder)") from None
+    try:
+        return Index(index_file)
+    except IndexError_ as exc:
+        raise SearchError(str(exc)) from None
+
+
+def query_terms(query, use_expansion=True):
+    """[(term, weight)] for a query: its own tokens, plus curated expansions at lower weight."""
+    terms = [(t, 1.0) for t in tokenize(query)]
+    if use_expansion:
+        terms += expand(query, terms)
+    return terms
+
+
+def _signature_key(doc):
+    """Near-duplicate key: the same text published under two names collapses to one hit."""
+    text = doc["text"]
+    return text[text.find("\n```", 3):][:400] if text.startswith("```") else text[:400]
+
+
+def search(index, query, k=5, page=1, source=None, use_expansion=True, per_page_cap=PER_PAGE_CAP):
+    """Ranked result dicts for `query` (1-based `page` of `k` results).
+
+    source: None for the default view (web pages replace the docstring pages they mirror),
+    or one of 'docstring', 'web', 'guide' to search only that source.
+    """
+    terms = query_terms(query, use_expansion)
+    constant, extra = index.scores(terms)
+    ranked = sorted(extra.items(), key=lambda kv: (-kv[1], kv[0]))
+    wanted = k * page
+    out, per_page, seen = [], {}, set()
+    for doc_no, score in ranked:
+        doc = index.doc(doc_no)
+        if source is None:
+            if doc["flags"] == "shadowed":
+                continue
+        elif doc["source"] != source:
+            continue
+        key = _signature_key(doc)
+        if key in seen:
+            continue
+        if per_page.get(doc["page"], 0) >= per_page_cap:
+            continue
+        seen.add(key)
+        per_page[doc["page"]] = per_page.get(doc["page"], 0) + 1
+        doc["score"] = round(constant + score, 4)
+        out.append(doc)
+        if len(out) >= wanted:
+            break
+    results = out[k * (page - 1):wanted]
+    for rank, doc in enumerate(results, start=k * (page - 1) + 1):
+        doc["rank"] = rank
+    return results

@@ -1,0 +1,155 @@
+"""Docstring source: render the installed torch's distributed APIs as reference pages.
+
+One markdown page per docs.pytorch.org page it mirrors (see data/api_pages.yaml), so every
+chunk links to the real, versioned page and anchor of the installed torch.
+"""
+
+import importlib
+import inspect
+import os
+import sys
+from pathlib import Path
+
+import yaml
+
+from ..pages import write_page
+from .docstring_md import render
+
+PAGES_SPEC = Path(__file__).resolve().parent.parent / "data" / "api_pages.yaml"
+DOCS_URL = "https://docs.pytorch.org/docs/{version}/{page}.html"
+
+
+def resolve(name):
+    """Import the longest module prefix of `name`, then getattr the rest. None if missing."""
+    parts = name.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        try:
+            for part in parts[i:]:
+                obj = getattr(obj, part)
+        except AttributeError:
+            return None
+        return obj
+    return None
+
+
+def own_doc(obj):
+    """The object's own docstring: never a parent class's (inspect.getdoc walks the MRO)."""
+    if isinstance(obj, property):
+        obj = obj.fget
+    doc = getattr(obj, "__doc__", None)
+    if inspect.isclass(obj) and doc is not None and any(doc is getattr(b, "__doc__", None) for b in obj.__mro__[1:]):
+        return None
+    return doc if isinstance(doc, str) and doc.strip() else None
+
+
+def _pybind_split(name, doc):
+    """pybind11 docstrings start with `name(arg: type) -> ret`: split that signature off."""
+    first, _, rest = doc.strip().partition("\n")
+    short = name.rsplit(".", 1)[-1]
+    if first.startswith(short + "(") or first.startswith("(") or "(self:" in first:
+        return first.strip(), rest
+    return None, doc
+
+
+def signature(name, obj, doc):
+    """The API's signature line (with its qualified name), and the doc text without it."""
+    kind = "class " if inspect.isclass(obj) else ""
+    if isinstance(obj, property) or (not callable(obj) and not inspect.ismodule(obj)):
+        return f"property {name}" if isinstance(obj, property) else name, doc
+    if inspect.ismodule(obj):
+        return None, doc
+    try:
+        return f"{kind}{name}{inspect.signature(obj)}", doc
+    except (TypeError, ValueError):
+        sig, rest = _pybind_split(name, doc)
+        if sig:
+            params = sig[sig.index("("):] if "(" in sig else "()"
+            return f"{kind}{name}{params}", rest
+        return f"{kind}{name}(...)", doc
+
+
+def render_object(names, obj, level, anchors=True):
+    """Markdown for one API entry, or None for an undocumented object (e.g. a bare pybind stub).
+
+    `names` are every public name of the object on the page: the first is the heading, the
+    rest are aliases (the same text published under another module path) that the entry
+    carries in `objects` instead of repeating the text.
+    """
+    name = names[0]
+    doc = own_doc(obj)
+    if doc is None and not inspect.isclass(obj):
+        return None
+    # An undocumented class still gets its heading and signature, so that its documented
+    # methods nest under it rather than under the entry before.
+    sig, body = signature(name, obj, doc or "")
+    if not body.strip() and not inspect.isclass(obj):
+        return None
+    lines = ["#" * level + " " + name, f"<!-- objects: {', '.join(names)} -->"]
+    if anchors:
+        lines.append(f"<!-- anchor: {name} -->")
+    lines.append("")
+    if sig:
+        lines += ["```python", sig, "```", ""]
+    if body.strip():
+        lines.append(render(body, level, ", ".join(names)))
+    return "\n".join(lines)
+
+
+def _member_level(name, class_names):
+    """Methods and properties nest one level under their class when the class is on the page."""
+    owner = name.rsplit(".", 1)[0]
+    return 3 if owner in class_names else 2
+
+
+def build_pages(out_dir, torch_version=None, progress=None):
+    """Write one page per spec entry into out_dir; returns the list of written paths."""
+    import torch  # noqa: F401  (import errors surface here with a clear message upstream)
+
+    version = str(torch_version or torch.__version__)
+    short = ".".join(version.split("+")[0].split(".")[:2])
+    spec = yaml.safe_load(PAGES_SPEC.read_text())["pages"]
+    merged = {}
+    for entry in spec:
+        merged.setdefault(entry["page"], {"title": entry["title"], "parts": []})["parts"].append(entry)
+    written = []
+    for page, info in merged.items():
+        if progress:
+            progress(f"docstrings: {page}")
+        url = DOCS_URL.format(version=short, page=page)
+        entries, by_identity, class_names = [], {}, set()
+        for part in info["parts"]:
+            for name in part["objects"]:
+                obj = resolve(name)
+                if obj is None:
+                    continue
+                key = id(obj.fget) if isinstance(obj, property) else id(obj)
+                if key in by_identity and not isinstance(obj, (int, str, bool, float)):
+                    by_identity[key][0].append(name)
+                    continue
+                if inspect.isclass(obj):
+                    class_names.add(name)
+                entry = ([name], obj, _member_level(name, class_names), part.get("anchors", True))
+                by_identity[key] = entry
+                entries.append(entry)
+        blocks = [t for t in (render_object(*e) for e in entries) if t]
+        body = f"# {info['title']}\n\n" + "\n".join(blocks)
+        path = Path(out_dir) / f"{page}.md"
+        meta = {"title": info["title"], "url": url, "source": "docstring",
+                "torch_version": version, "page": page}
+        write_page(path, meta, body)
+        written.append(path)
+    return written
+
+
+def main():  # pragma: no cover - debugging aid: python -m fsdp_skill.sources.docstrings OUT
+    out = sys.argv[1] if len(sys.argv) > 1 else "references/api"
+    for p in build_pages(out, progress=lambda m: print(m, file=sys.stderr)):
+        print(p, os.path.getsize(p))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,182 @@
+"""scripts/search.py and `fsdp-skill search` as a user and an agent run them."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+RESULT_KEYS = ["rank", "score", "id", "title", "breadcrumbs", "url", "objects", "source", "path", "text"]
+
+
+def test_powersgd_query_finds_the_hook_with_versioned_urls(built_data, run_search):
+    out = run_search(["compress DDP gradients with PowerSGD", "--json", "--k", "3"], built_data)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    objs = [o for r in data["results"] for o in r["objects"]]
+    assert {"torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook.powerSGD_hook",
+            "torch.nn.parallel.DistributedDataParallel.register_comm_hook"} & set(objs), objs
+    for r in data["results"]:
+        assert r["url"].startswith("https://docs.pytorch.org/docs/2.") or r["url"].startswith("references/guides/")
+
+
+def test_json_schema_is_exact(built_data, run_search):
+    out = run_search(["fully_shard mixed precision", "--json"], built_data)
+    data = json.loads(out.stdout)
+    assert list(data) == ["query", "torch_version", "results"]
+    assert data["query"] == "fully_shard mixed precision"
+    assert data["torch_version"].startswith("2.")
+    assert len(data["results"]) == 5
+    for n, r in enumerate(data["results"], start=1):
+        assert list(r) == RESULT_KEYS
+        assert r["rank"] == n and isinstance(r["score"], float)
+        assert isinstance(r["breadcrumbs"], list) and isinstance(r["objects"], list)
+
+
+def test_markdown_output_paging_and_cap(built_data, run_search):
+    out = run_search(["DistributedSampler set_epoch"], built_data)
+    assert out.returncode == 0
+    assert out.stdout.startswith("## 1. ")
+    assert "Source: https://docs.pytorch.org/docs/2." in out.stdout and "(torch 2." in out.stdout
+    page2 = run_search(["DistributedSampler set_epoch", "--page", "2", "--json", "--k", "2"], built_data)
+    assert [r["rank"] for r in json.loads(page2.stdout)["results"]] == [3, 4]
+    capped = run_search(["fully_shard", "--max-chars", "1000"], built_data)
+    assert len(capped.stdout) < 1400 and "--max-chars" in capped.stdout
+
+
+@pytest.mark.parametrize("args,message", [
+    ([""], "empty query"),
+    (["   "], "empty query"),
+    (["q", "--k", "zero"], "--k needs a whole number"),
+    (["q", "--k", "0"], "--k must be at least 1"),
+    (["q", "--bogus"], "unknown option --bogus"),
+    (["q", "--source", "blog"], "--source must be one of"),
+])
+def test_bad_input_is_one_line_and_exit_2(built_data, run_search, args, message):
+    out = run_search(args, built_data)
+    assert out.returncode == 2
+    assert message in out.stderr and "Traceback" not in out.stderr
+    assert out.stdout == ""
+
+
+def test_long_query_is_truncated_with_a_note(built_data, run_search):
+    out = run_search(["fully_shard " * 400, "--json"], built_data)
+    assert out.returncode == 0
+    assert "truncated" in out.stderr
+    assert len(json.loads(out.stdout)["query"]) == 2000
+
+
+def test_help(run_search, built_data):
+    out = run_search(["--help"], built_data)
+    assert out.returncode == 0 and "--max-chars" in out.stdout
+
+
+def test_missing_index_is_built_on_first_use(tmp_path, run_search):
+    out = run_search(["Join uneven inputs"], tmp_path / "fresh")
+    assert out.returncode == 0, out.stderr
+    assert "building the search index (missing)" in out.stderr
+    assert (tmp_path / "fresh" / "index" / "index.bin").exists()
+    again = run_search(["Join uneven inputs"], tmp_path / "fresh")
+    assert again.stderr == "" and again.stdout == out.stdout
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage"])
+def test_corrupt_index_is_rebuilt(data_copy, run_search, damage):
+    index = data_copy / "index" / "index.bin"
+    raw = index.read_bytes()
+    index.write_bytes(raw[: len(raw) // 3] if damage == "truncate" else os.urandom(len(raw)))
+    out = run_search(["barrier timeout"], data_copy)
+    assert out.returncode == 0, out.stderr
+    assert "building the search index" in out.stderr and "Traceback" not in out.stderr
+    assert out.stdout.startswith("## 1. ")
+
+
+def test_index_of_another_torch_version_is_rebuilt_not_served(data_copy, run_search):
+    import torch
+
+    index = data_copy / "index" / "index.bin"
+    raw = index.read_bytes()
+    real = f"torch_version={torch.__version__}\n".encode()
+    assert real in raw
+    fake = "1." + "9" * (len(str(torch.__version__)) - 2)  # same length keeps the offsets valid
+    index.write_bytes(raw.replace(real, f"torch_version={fake}\n".encode(), 1))
+    out = run_search(["barrier timeout"], data_copy)
+    assert out.returncode == 0
+    assert f"built for torch {fake}" in out.stderr
+
+
+def test_edited_page_triggers_reindex(data_copy, run_search):
+    page = data_copy / "api" / "data.md"
+    page.write_text(page.read_text() + "\nA zanzibarquux sentence.\n")
+    out = run_search(["zanzibarquux", "--json"], data_copy)
+    assert "reference pages changed" in out.stderr
+    assert json.loads(out.stdout)["results"][0]["path"] == "references/api/data.md"
+
+
+def test_two_searches_at_once_build_once(tmp_path):
+    env = dict(os.environ, FSDP_SKILL_ROOT=str(REPO), FSDP_SKILL_DATA_DIR=str(tmp_path / "d"))
+    cmd = [sys.executable, str(REPO / "scripts" / "search.py"), "init_process_group", "--json"]
+    procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    assert sum(err.count("building the search index") for _, err in outs) == 1
+    assert json.loads(outs[0][0]) == json.loads(outs[1][0])
+    assert not [p for p in (tmp_path / "d").rglob("*") if ".tmp" in p.name or "-new-" in p.name]
+
+
+def test_search_works_without_torch_on_an_existing_index(built_data, run_search):
+    # Hide site-packages: the interpreter then has neither torch nor any other dependency.
+    code = ("import sys; sys.path[:] = [p for p in sys.path if 'site-packages' not in p]; "
+            "sys.argv = ['search.py', 'fully_shard', '--json']; import runpy; "
+            f"runpy.run_path({str(REPO / 'scripts' / 'search.py')!r}, run_name='__main__')")
+    env = dict(os.environ, FSDP_SKILL_ROOT=str(REPO), FSDP_SKILL_DATA_DIR=str(built_data))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["results"]
+
+
+def test_build_without_torch_says_torch_is_needed(tmp_path):
+    code = ("import sys; sys.path[:] = [p for p in sys.path if 'site-packages' not in p]; "
+            f"sys.path.insert(0, {str(REPO / 'src')!r}); sys.argv = ['search.py', 'fully_shard']; "
+            "from fsdp_skill.search_cli import main; sys.exit(main())")
+    env = dict(os.environ, FSDP_SKILL_ROOT=str(REPO), FSDP_SKILL_DATA_DIR=str(tmp_path / "none"))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 1
+    assert "torch" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_works_from_another_directory(built_data, run_search, tmp_path):
+    out = run_search(["DeviceMesh"], built_data, cwd=tmp_path)
+    assert out.returncode == 0 and out.stdout.startswith("## 1.")
+
+
+def test_query_path_imports_nothing_heavy(built_data, run_search):
+    out = run_search(["fully_shard", "--json"], built_data, python=sys.executable,
+                     extra_env={"PYTHONPROFILEIMPORTTIME": "1"})
+    assert out.returncode == 0
+    imported = {line.split("|")[-1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")}
+    for heavy in ("torch", "numpy", "sqlite3", "re", "json", "argparse", "yaml", "markdown_it", "rank_bm25"):
+        assert heavy not in imported, heavy
+
+
+def test_unwritable_skill_folder_falls_back_to_user_cache(tmp_path, monkeypatch):
+    from fsdp_skill import paths
+
+    monkeypatch.delenv("FSDP_SKILL_DATA_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(paths, "_writable", lambda p: False)
+    data = paths.data_dir(str(REPO))
+    assert data.startswith(str(tmp_path / "cache" / "pytorch-fsdp-skill"))
+
+
+def test_console_script_matches_script(built_data):
+    env = dict(os.environ, FSDP_SKILL_ROOT=str(REPO), FSDP_SKILL_DATA_DIR=str(built_data))
+    a = subprocess.run([sys.executable, "-m", "fsdp_skill.cli", "search", "no_sync", "--json"],
+                       env=env, capture_output=True, text=True)
+    b = subprocess.run([sys.executable, str(REPO / "scripts" / "search.py"), "no_sync", "--json"],
+                       env=env, capture_output=True, text=True)
+    assert a.returncode == 0 and a.stdout == b.stdout
