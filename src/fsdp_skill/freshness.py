@@ -6,20 +6,33 @@ from . import paths
 from .index.store import Index, IndexError_
 
 
-def stale_reason(index_file, dirs, torch_version):
-    """Why the index at `index_file` cannot be served (None when it is fresh)."""
+def open_if_fresh(index_file, dirs, torch_version):
+    """(open Index, None) when the index can be served, else (None, why not).
+
+    Fresh means: readable and intact, built for the installed torch (when torch is installed;
+    without it any intact index is served), and built from exactly the page files present now.
+    """
     try:
         idx = Index(index_file)
     except IndexError_ as exc:
-        return "missing" if not os.path.exists(index_file) else str(exc)
+        return None, "missing" if not os.path.exists(index_file) else str(exc)
     try:
         built_for = idx.header.get("torch_version")
         if torch_version and built_for != torch_version:
-            return f"built for torch {built_for}, installed torch is {torch_version}"
-        if idx.stamp() != paths.fingerprint(dirs):
-            return "reference pages changed since the index was built"
+            reason = f"built for torch {built_for}, installed torch is {torch_version}"
+        elif idx.stamp() != paths.fingerprint(dirs):
+            reason = "reference pages changed since the index was built"
+        else:
+            return idx, None
     except IndexError_ as exc:
-        return str(exc)
-    finally:
+        reason = str(exc)
+    idx.close()
+    return None, reason
+
+
+def stale_reason(index_file, dirs, torch_version):
+    """Why the index at `index_file` cannot be served (None when it is fresh)."""
+    idx, reason = open_if_fresh(index_file, dirs, torch_version)
+    if idx is not None:
         idx.close()
-    return None
+    return reason

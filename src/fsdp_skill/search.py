@@ -19,23 +19,23 @@ class SearchError(Exception):
 
 def open_fresh(root=None, rebuild=True, progress=None):
     """Open the skill's index, (re)building it first when it is missing or stale."""
-    from .freshness import stale_reason
+    from .freshness import open_if_fresh
 
     index_file = paths.index_path(root)
-    torch_version = paths.installed_torch_version()
-    reason = stale_reason(index_file, paths.page_dirs(root), torch_version)
-    if reason is not None:
-        if not rebuild:
-            raise SearchError(f"index not usable: {reason}")
-        from .build import BuildError, ensure_index
+    index, reason = open_if_fresh(index_file, paths.page_dirs(root), paths.installed_torch_version())
+    if index is not None:
+        return index
+    if not rebuild:
+        raise SearchError(f"index not usable: {reason}")
+    from .build import BuildError, ensure_index
 
-        try:
-            index_file = ensure_index(root, **({"progress": progress} if progress else {}))
-        except BuildError as exc:
-            raise SearchError(str(exc)) from None
-        except ImportError as exc:
-            raise SearchError(f"building the index needs {exc.name}: pip install the skill's "
-                              "dependencies (pip install -e . in the skill folder)") from None
+    try:
+        index_file = ensure_index(root, **({"progress": progress} if progress else {}))
+    except BuildError as exc:
+        raise SearchError(str(exc)) from None
+    except ImportError as exc:
+        raise SearchError(f"building the index needs {exc.name}: pip install the skill's "
+                          "dependencies (pip install -e . in the skill folder)") from None
     try:
         return Index(index_file)
     except IndexError_ as exc:

@@ -20,6 +20,8 @@ STOPWORDS = frozenset(
 
 def _camel_parts(word):
     """Split `powerSGDHook` into `power`, `SGD`, `Hook`; digits stay with their run (`bf16`)."""
+    if word.islower() or word.isupper() or word.istitle() or word.isdigit():
+        return [word]  # the common case, without a Python-level loop per character
     parts, start, n = [], 0, len(word)
     for i in range(1, n):
         prev, cur = word[i - 1], word[i]
