@@ -60,7 +60,8 @@ def data_dir(root=None):
     if env:
         return os.path.abspath(env)
     refs = references_dir(root)
-    if _writable(refs):
+    if _writable(refs) or os.path.isfile(os.path.join(refs, "index", INDEX_FILE)):
+        # A read-only install that ships its index serves it (while it is fresh).
         return refs
     key = "".join(c if c.isalnum() else "_" for c in os.path.abspath(root or skill_root()))
     return os.path.join(user_cache_dir(), key.strip("_")[-120:])

@@ -1,0 +1,353 @@
+"""`fsdp-skill install`: copy the skill, with references and index built for the local torch, into
+an agent's skills folder.
+
+The copy is self-contained: `src/fsdp_skill/` travels with it so `scripts/search.py` imports the
+package from `../src` without a pip install, and the index sits in `references/index/`.
+
+Installs are atomic: everything is copied into a hidden staging folder next to the destination,
+checked, and swapped in with two renames; a failed or interrupted install leaves the previous copy
+in place.
+
+Where agents look for user skills (checked against their docs, 2026):
+
+* Claude Code: `~/.claude/skills/<name>/SKILL.md` (`$CLAUDE_CONFIG_DIR` moves `~/.claude`).
+* Codex: `$CODEX_HOME/skills` (default `~/.codex/skills`); newer Codex docs list
+  `~/.agents/skills` as the user scope, and `--target ~/.agents/skills` installs there.
+* Hermes Agent: `~/.hermes/skills/` (`$HERMES_HOME` moves `~/.hermes`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import secrets
+import shutil
+import sys
+from pathlib import Path
+from typing import Callable
+
+from fsdp_skill.skill._cli import OneLineParser
+
+try:
+    from fsdp_skill.paths import SKILL_NAME
+except ImportError:  # paths.py is the lead's; keep working while it is absent
+    SKILL_NAME = "pytorch-fsdp"
+
+# agent -> (environment variable that moves its home, default home under ~)
+AGENT_HOMES = {
+    "claude": ("CLAUDE_CONFIG_DIR", ".claude"),
+    "codex": ("CODEX_HOME", ".codex"),
+    "hermes": ("HERMES_HOME", ".hermes"),
+}
+# Top-level folders copied whole (minus caches and temp files).
+TREES = ("scripts", "references", "assets")
+PACKAGE = Path("src") / "fsdp_skill"
+# Generated page folders and the index; they may live outside references/ (see paths.data_dir).
+GENERATED = ("api", "web", "index")
+LOCK_TIMEOUT_S = 120.0
+
+
+class InstallError(Exception):
+    """Bad input or a failed install; the message is one line for the user."""
+
+
+@dataclasses.dataclass
+class Plan:
+    dest: Path
+    files: list[tuple[str, Path, int]]  # (path relative to dest, source, size)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(size for _, _, size in self.files)
+
+
+def agent_skills_dir(agent: str) -> Path:
+    """The folder an agent reads user skills from."""
+    try:
+        env, default = AGENT_HOMES[agent]
+    except KeyError:
+        raise InstallError(f"unknown agent '{agent}'; choose one of {', '.join(AGENT_HOMES)}") from None
+    home = os.environ.get(env)
+    base = Path(home).expanduser() if home else Path.home() / default
+    return base / "skills"
+
+
+def _skipped(name: str) -> bool:
+    """Caches, temp and lock files that must never ship: hidden names cover references/.cache
+    and the `.x.tmp-*` staging folders this project writes."""
+    return (
+        name.startswith(".")
+        or name == "__pycache__"
+        or name.endswith((".pyc", ".pyo", ".tmp", ".lock", ".egg-info"))
+        or ".tmp-" in name
+    )
+
+
+def _walk(src: Path, prefix: str) -> list[tuple[str, Path, int]]:
+    out: list[tuple[str, Path, int]] = []
+    if not src.is_dir():
+        return out
+    for dirpath, dirnames, filenames in os.walk(src):
+        # Symlinked folders are not followed: they may point anywhere, even back up the tree.
+        dirnames[:] = sorted(
+            d for d in dirnames if not _skipped(d) and not os.path.islink(os.path.join(dirpath, d))
+        )
+        base = Path(dirpath)
+        for name in sorted(filenames):
+            if _skipped(name):
+                continue
+            path = base / name
+            try:
+                st = path.stat()
+            except OSError:  # dangling symlink
+                continue
+            if not path.is_file():
+                continue
+            rel = (Path(prefix) / path.relative_to(src)).as_posix()
+            out.append((rel, path, st.st_size))
+    return out
+
+
+def _data_dir(root: Path) -> Path:
+    try:
+        from fsdp_skill.paths import data_dir
+    except ImportError:
+        return root / "references"
+    return Path(data_dir(str(root)))
+
+
+def plan(root: Path, dest: Path) -> Plan:
+    """Every file the install writes, relative to `dest`, in a stable order."""
+    if not (root / "SKILL.md").is_file():
+        raise InstallError(f"{root}: no SKILL.md, so this is not a skill folder (set FSDP_SKILL_ROOT?)")
+    if not (root / PACKAGE).is_dir():
+        raise InstallError(f"{root}: no {PACKAGE.as_posix()}/, which the installed scripts import")
+    files: dict[str, tuple[Path, int]] = {"SKILL.md": (root / "SKILL.md", (root / "SKILL.md").stat().st_size)}
+    for extra in sorted(root.glob("LICENSE*")):
+        if extra.is_file():
+            files[extra.name] = (extra, extra.stat().st_size)
+    for tree in TREES:
+        for rel, src, size in _walk(root / tree, tree):
+            files[rel] = (src, size)
+    data = _data_dir(root)
+    if data.resolve() != (root / "references").resolve():
+        # Generated pages and the index were written outside the skill: ship them inside it.
+        for sub in GENERATED:
+            for rel, src, size in _walk(data / sub, f"references/{sub}"):
+                files[rel] = (src, size)
+    for rel, src, size in _walk(root / PACKAGE, PACKAGE.as_posix()):
+        files[rel] = (src, size)
+    return Plan(dest=dest, files=[(rel, src, size) for rel, (src, size) in sorted(files.items())])
+
+
+def _default_root() -> Path:
+    try:
+        from fsdp_skill.paths import skill_root
+    except ImportError:
+        return Path(__file__).resolve().parents[3]
+    return Path(skill_root())
+
+
+def _default_ensure_index() -> Callable[[Path], Path] | None:
+    try:
+        from fsdp_skill.build import ensure_index
+    except ImportError as e:
+        # Only a missing module means "no builder yet"; a broken one must surface.
+        if e.name not in ("fsdp_skill.build", "fsdp_skill"):
+            raise
+        return None
+    return ensure_index
+
+
+def _human(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+def _check_overlap(root: Path, dest: Path) -> None:
+    """Refuse a destination that is, or sits inside, what the install copies from."""
+    dest_r = dest.resolve()
+    root_r = root.resolve()
+    if dest_r == root_r or dest_r in root_r.parents:
+        raise InstallError(f"{dest}: that is the skill being installed (or a folder above it)")
+    for src in [root_r / t for t in TREES] + [root_r / PACKAGE]:
+        if dest_r == src or src in dest_r.parents:
+            raise InstallError(f"{dest}: inside {src.relative_to(root_r)}, which the install copies")
+
+
+def _fresh_name(parent: Path, kind: str) -> Path:
+    for _ in range(100):
+        candidate = parent / f".{SKILL_NAME}.{kind}-{secrets.token_hex(4)}"
+        if not candidate.exists() and not candidate.is_symlink():
+            return candidate
+    raise InstallError(f"{parent}: cannot find a free temporary name")
+
+
+def _remove_leftovers(parent: Path) -> None:
+    """Staging and old copies a killed install left behind; safe under the install lock."""
+    for prefix in (f".{SKILL_NAME}.tmp-", f".{SKILL_NAME}.old-"):
+        for stale in parent.glob(prefix + "*"):
+            if stale.is_dir() and not stale.is_symlink():
+                shutil.rmtree(stale, ignore_errors=True)
+
+
+def _verify(staging: Path, display: str) -> list[str]:
+    """The cheap validate checks on the staged copy, under the name it will have."""
+    from fsdp_skill.skill.validate import check
+
+    return check(
+        staging, run_scripts=False, check_torch=False, folder_name=SKILL_NAME, display=display
+    ).problems
+
+
+def install(
+    target: str | os.PathLike[str],
+    *,
+    root: str | os.PathLike[str] | None = None,
+    dry_run: bool = False,
+    build: bool = True,
+    verify: bool = True,
+    ensure_index: Callable[[Path], Path] | None = None,
+    log: Callable[[str], None] = print,
+) -> Plan:
+    """Install the skill as TARGET/pytorch-fsdp; returns what was (or, dry run, would be) written.
+
+    `ensure_index(root) -> index dir` builds references and index for the local torch first; by
+    default `fsdp_skill.build.ensure_index`, skipped with a warning while that does not exist.
+    """
+    root_p = Path(root) if root is not None else _default_root()
+    parent = Path(target).expanduser()
+    dest = parent / SKILL_NAME
+    if parent.exists() and not parent.is_dir():
+        raise InstallError(f"{parent}: not a folder")
+    if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
+        raise InstallError(f"{dest}: exists and is not a plain folder; remove it or choose another --target")
+    _check_overlap(root_p, dest)
+
+    if dry_run:
+        p = plan(root_p, dest)
+        for rel, _, size in p.files:
+            log(f"{SKILL_NAME}/{rel}  {_human(size)}")
+        index = _data_dir(root_p) / "index"
+        if not index.is_dir() or not any(index.iterdir()):
+            log("note: the index is not built yet; a real install builds it first (not counted above)")
+        log(f"would write {len(p.files)} files ({_human(p.total_bytes)}) to {dest}")
+        return p
+
+    if build:
+        builder = ensure_index or _default_ensure_index()
+        if builder is None:
+            print(
+                "fsdp-skill install: warning: fsdp_skill.build is missing; copying references as they are",
+                file=sys.stderr,
+            )
+        else:
+            try:
+                index_dir = Path(builder(root_p))
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except Exception as e:  # noqa: BLE001 - one line for the user, not a traceback
+                raise InstallError(f"building the index failed: {type(e).__name__}: {e}") from None
+            data = _data_dir(root_p).resolve()
+            if data not in index_dir.resolve().parents:
+                raise InstallError(f"index was built in {index_dir}, outside {data}; the copy would lack it")
+
+    p = plan(root_p, dest)
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InstallError(f"{parent}: cannot create: {e.strerror or e}") from None
+
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(str(parent / f".{SKILL_NAME}.lock"))
+    try:
+        lock.acquire(timeout=LOCK_TIMEOUT_S)
+    except Timeout:
+        raise InstallError(f"{parent}: another install has held the lock for {LOCK_TIMEOUT_S:g} s") from None
+    except OSError as e:
+        raise InstallError(f"{parent}: cannot lock: {e.strerror or e}") from None
+    try:
+        _remove_leftovers(parent)
+        staging = _fresh_name(parent, "tmp")
+        try:
+            staging.mkdir()
+            for rel, src, _ in p.files:
+                out = staging / rel
+                out.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, out)
+            if verify:
+                problems = _verify(staging, str(dest))
+                if problems:
+                    for line in problems:
+                        print(line, file=sys.stderr)
+                    raise InstallError(
+                        f"the copy fails validation ({len(problems)} problems above); {dest} is unchanged"
+                    )
+            _swap(staging, dest, parent)
+        except OSError as e:
+            raise InstallError(f"{getattr(e, 'filename', None) or parent}: {e.strerror or e}") from None
+        finally:
+            if staging.exists():
+                shutil.rmtree(staging, ignore_errors=True)
+    finally:
+        lock.release()
+
+    log(f"installed {SKILL_NAME} into {dest} ({len(p.files)} files, {_human(p.total_bytes)})")
+    return p
+
+
+def _swap(staging: Path, dest: Path, parent: Path) -> None:
+    if not dest.exists():
+        os.rename(staging, dest)
+        return
+    # Two renames: readers see the old copy or the new one, never a half-written folder.
+    old = _fresh_name(parent, "old")
+    os.rename(dest, old)
+    try:
+        os.rename(staging, dest)
+    except OSError:
+        os.rename(old, dest)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = OneLineParser(
+        prog="fsdp-skill install",
+        description=f"Build the references and index for the local torch, then copy the skill into "
+        f"DIR/{SKILL_NAME} (atomically; re-running updates it).",
+    )
+    parser.add_argument("--target", metavar="DIR", help="skills folder to install into (wins over --agent)")
+    parser.add_argument(
+        "--agent",
+        choices=sorted(AGENT_HOMES),
+        help="install into that agent's user skills folder: "
+        + ", ".join(f"{a} -> ~/{h}/skills" for a, (_, h) in sorted(AGENT_HOMES.items())),
+    )
+    parser.add_argument("--dry-run", action="store_true", help="list what would be written; write nothing")
+    parser.add_argument(
+        "--no-build", action="store_true", help="copy references as they are; do not build the index"
+    )
+    parser.add_argument(
+        "--no-verify", action="store_true", help="skip validating the copy before swapping it in"
+    )
+    args = parser.parse_args(argv)
+    if not args.target and not args.agent:
+        parser.error("one of --target DIR or --agent {%s} is required" % ",".join(sorted(AGENT_HOMES)))
+
+    try:
+        target = Path(args.target) if args.target else agent_skills_dir(args.agent)
+        install(target, dry_run=args.dry_run, build=not args.no_build, verify=not args.no_verify)
+    except InstallError as e:
+        print(f"fsdp-skill install: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
