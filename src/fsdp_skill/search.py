@@ -42,9 +42,9 @@ def open_fresh(root=None, rebuild=True, progress=None):
         raise SearchError(str(exc)) from None
 
 
-def query_terms(query, use_expansion=True):
+def query_terms(query, use_expansion=True, tokenizer=tokenize):
     """[(term, weight)] for a query: its own tokens, plus curated expansions at lower weight."""
-    terms = [(t, 1.0) for t in tokenize(query)]
+    terms = [(t, 1.0) for t in tokenizer(query)]
     if use_expansion:
         terms += expand(query, terms)
     return terms
@@ -56,15 +56,20 @@ def _signature_key(doc):
     return text[text.find("\n```", 3):][:400] if text.startswith("```") else text[:400]
 
 
-def search(index, query, k=5, page=1, source=None, use_expansion=True, per_page_cap=PER_PAGE_CAP):
+def search(index, query, k=5, page=1, source=None, use_expansion=True, diversity=True, tokenizer=tokenize,
+           per_page_cap=PER_PAGE_CAP):
     """Ranked result dicts for `query` (1-based `page` of `k` results).
 
     source: None for the default view (web pages replace the docstring pages they mirror),
     or one of 'docstring', 'web', 'guide' to search only that source.
+    diversity: show each API entry once (its best chunk), collapse the same text published
+    under two names, and take at most PER_PAGE_CAP hits from one page, so the first results
+    offer different answers rather than five slices of one.
     """
-    terms = query_terms(query, use_expansion)
+    terms = query_terms(query, use_expansion, tokenizer)
     constant, extra = index.scores(terms)
-    ranked = sorted(extra.items(), key=lambda kv: (-kv[1], kv[0]))
+    prior = index.prior
+    ranked = sorted(((d, (constant + s) * prior(d)) for d, s in extra.items()), key=lambda kv: (-kv[1], kv[0]))
     wanted = k * page
     out, per_page, seen = [], {}, set()
     for doc_no, score in ranked:
@@ -74,14 +79,13 @@ def search(index, query, k=5, page=1, source=None, use_expansion=True, per_page_
                 continue
         elif doc["source"] != source:
             continue
-        key = _signature_key(doc)
-        if key in seen:
-            continue
-        if per_page.get(doc["page"], 0) >= per_page_cap:
-            continue
-        seen.add(key)
-        per_page[doc["page"]] = per_page.get(doc["page"], 0) + 1
-        doc["score"] = round(constant + score, 4)
+        if diversity:
+            keys = (_signature_key(doc), (doc["source"], doc["page"], doc["title"]))
+            if any(key in seen for key in keys) or per_page.get(doc["page"], 0) >= per_page_cap:
+                continue
+            seen.update(keys)
+            per_page[doc["page"]] = per_page.get(doc["page"], 0) + 1
+        doc["score"] = round(score, 4)
         out.append(doc)
         if len(out) >= wanted:
             break

@@ -169,8 +169,15 @@ def test_unwritable_skill_folder_falls_back_to_user_cache(tmp_path, monkeypatch)
     monkeypatch.delenv("FSDP_SKILL_DATA_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setattr(paths, "_writable", lambda p: False)
-    data = paths.data_dir(str(REPO))
+    skill = tmp_path / "skill"
+    (skill / "references" / "guides").mkdir(parents=True)
+    (skill / "SKILL.md").write_text("---\nname: pytorch-fsdp\n---\n")
+    data = paths.data_dir(str(skill))
     assert data.startswith(str(tmp_path / "cache" / "pytorch-fsdp-skill"))
+    # A read-only copy that ships its index serves that index instead.
+    (skill / "references" / "index").mkdir()
+    (skill / "references" / "index" / paths.INDEX_FILE).write_bytes(b"")
+    assert paths.data_dir(str(skill)) == str(skill / "references")
 
 
 def test_console_script_matches_script(built_data):

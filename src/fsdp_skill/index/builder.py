@@ -20,9 +20,12 @@ VARIANTS = {
     "l": ("BM25L", {"k1": 1.2, "b": 0.75, "delta": 0.5}),
 }
 DEFAULT_VARIANT = "plus"
+# Score factor for a chunk that names no API (tutorial or notes prose): an agent can act on a
+# chunk that points at an API; prose alone ranks just behind an equally good API chunk.
+PROSE_PRIOR = 0.8
 
 
-def doc_tokens(chunk, weights=FIELD_WEIGHTS):
+def doc_tokens(chunk, weights=FIELD_WEIGHTS, tokenize=tokenize):
     """The token stream BM25 sees for a chunk: fields repeated by their weight."""
     tokens = []
     title = chunk["title"]
@@ -78,9 +81,14 @@ def term_weights(bm25, variant=DEFAULT_VARIANT):
     return out
 
 
-def build(chunks, path, header, stamp, variant=DEFAULT_VARIANT, weights=FIELD_WEIGHTS):
-    """Index `chunks` (dicts) into the file at `path`; returns the number of terms."""
-    corpus = [doc_tokens(c, weights) for c in chunks]
+def build(chunks, path, header, stamp, variant=DEFAULT_VARIANT, weights=FIELD_WEIGHTS, tokenizer=tokenize,
+          prose_prior=PROSE_PRIOR):
+    """Index `chunks` (dicts) into the file at `path`; returns the number of terms.
+
+    `variant`, `weights` and `tokenizer` are switchable so the quality benchmark can measure
+    each choice against the alternative on the same chunks.
+    """
+    corpus = [doc_tokens(c, weights, tokenizer) for c in chunks]
     # rank-bm25 divides by the corpus size and average length; an empty corpus is a caller bug.
     if not corpus:
         raise ValueError("no chunks to index")
@@ -94,5 +102,6 @@ def build(chunks, path, header, stamp, variant=DEFAULT_VARIANT, weights=FIELD_WE
                   avgdl=repr(bm25.avgdl), n_terms=str(len(postings)))
     if not all(math.isfinite(w) for _, ws in postings.values() for _, w in ws):
         raise ValueError("non-finite BM25 weight")
-    write_index(path, header, postings, chunks, stamp)
+    priors = [1.0 if c["objects"] else prose_prior for c in chunks]
+    write_index(path, header, postings, chunks, stamp, priors)
     return len(postings)

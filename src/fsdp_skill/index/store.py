@@ -9,6 +9,7 @@ Layout of `index.bin` (all integers native-endian; the header records the byte o
     postings  per term: `count` uint32 doc numbers, then `count` float64 weights
     docs      one record per chunk, fields joined by \\x1f, list items by \\x1e
     docoffs   uint64 offsets of each record in docs, plus the end
+    priors    float64 per document: a query-independent factor on its score
     stamp     the references fingerprint the index was built from
 
 A query reads the header and vocab, a few postings and the records of the top hits: a few
@@ -19,7 +20,7 @@ import os
 import sys
 
 MAGIC = b"FSDPIDX1\n"
-FORMAT = "1"
+FORMAT = "2"
 FIELDS = ("id", "title", "breadcrumbs", "url", "objects", "source", "torch_version", "path", "page", "flags", "text")
 LIST_FIELDS = ("breadcrumbs", "objects")
 US, RS = "\x1f", "\x1e"
@@ -54,10 +55,11 @@ def decode_record(raw):
     return doc
 
 
-def write_index(path, header, postings, docs, stamp):
+def write_index(path, header, postings, docs, stamp, priors=None):
     """Write the index to `path` atomically.
 
-    postings: {term: (default, [(doc, weight), ...])}; docs: list of record dicts.
+    postings: {term: (default, [(doc, weight), ...])}; docs: list of record dicts;
+    priors: one factor per doc (default 1.0).
     """
     from array import array
 
@@ -74,11 +76,12 @@ def write_index(path, header, postings, docs, stamp):
         records += encode_record(doc)
         offsets.append(len(records))
     docoffs = array("Q", offsets).tobytes()
+    priors = array("d", priors if priors is not None else [1.0] * len(docs)).tobytes()
     stamp = stamp.encode("utf-8")
 
     head = dict(header, format=FORMAT, byteorder=sys.byteorder, n_docs=str(len(docs)))
     sizes = [("vocab", len(vocab)), ("postings", len(post)), ("docs", len(records)),
-             ("docoffs", len(docoffs)), ("stamp", len(stamp))]
+             ("docoffs", len(docoffs)), ("priors", len(priors)), ("stamp", len(stamp))]
     # Offsets depend on the header's own length: fix them with a padded width.
     keys = [f"{name}_off" for name, _ in sizes] + [f"{name}_len" for name, _ in sizes]
     for k in keys:
@@ -88,7 +91,7 @@ def write_index(path, header, postings, docs, stamp):
     for name, size in sizes:
         head[f"{name}_off"], head[f"{name}_len"] = f"{pos:012d}", f"{size:012d}"
         pos += size
-    blob = MAGIC + _header_bytes(head) + vocab + bytes(post) + bytes(records) + docoffs + stamp
+    blob = MAGIC + _header_bytes(head) + vocab + bytes(post) + bytes(records) + docoffs + priors + stamp
     tmp = f"{path}.tmp-{os.getpid()}"
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     try:
@@ -131,7 +134,7 @@ class Index:
             self.header = dict(line.split("=", 1) for line in head[len(MAGIC):end].decode("utf-8").splitlines())
             self.n_docs = int(self.header["n_docs"])
             self._sec = {name: (int(self.header[f"{name}_off"]), int(self.header[f"{name}_len"]))
-                         for name in ("vocab", "postings", "docs", "docoffs", "stamp")}
+                         for name in ("vocab", "postings", "docs", "docoffs", "priors", "stamp")}
         except (KeyError, ValueError, UnicodeDecodeError):
             self._f.close()
             raise IndexError_(f"{path}: index header is corrupt") from None
@@ -144,6 +147,7 @@ class Index:
             raise IndexError_(f"{path}: index file is truncated or has trailing bytes")
         self._vocab = None
         self._docoffs = None
+        self._priors = None
 
     def close(self):
         self._f.close()
@@ -188,6 +192,13 @@ class Index:
             raise IndexError_(f"{self.path}: document {n} out of range")
         start, end = self._docoffs[n], self._docoffs[n + 1]
         return decode_record(self._read("docs", start, end - start))
+
+    def prior(self, n):
+        if self._priors is None:
+            self._priors = memoryview(self._read("priors")).cast("d")
+            if len(self._priors) != self.n_docs:
+                raise IndexError_(f"{self.path}: priors section is corrupt")
+        return self._priors[n]
 
     def scores(self, weighted_terms):
         """BM25 scores as (constant, {doc: extra}); a doc's score is constant + extra.

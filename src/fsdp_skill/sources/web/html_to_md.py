@@ -76,11 +76,14 @@ def page_title(soup: BeautifulSoup, article: Tag) -> str:
 
 def convert_page(html: bytes | str, *, page: str, url: str, torch_version: str,
                  category: str | None = None,
-                 anchor_names: dict[str, list[str]] | None = None) -> ConvertedPage:
+                 anchor_names: dict[str, list[str]] | None = None,
+                 api_names: set[str] | None = None) -> ConvertedPage:
     """Convert one HTML page.
 
     `anchor_names` maps an element id to the inventory names whose URL points at it, so
     aliases and module targets end up in `<!-- objects: -->` of the heading that owns them.
+    `api_names` (every API object of the docs' inventory) lets a prose section carry the APIs
+    it is about: those it cross-references or names in inline code.
     """
     soup = BeautifulSoup(html, "lxml")
     article = find_article(soup)
@@ -89,7 +92,7 @@ def convert_page(html: bytes | str, *, page: str, url: str, torch_version: str,
         tag.decompose()
     for comment in article.find_all(string=lambda s: isinstance(s, Comment)):
         comment.extract()
-    conv = _Converter(article, anchor_names)
+    conv = _Converter(article, anchor_names, api_names)
     body = conv.render_children(article, level=0)
     if not body.strip():
         raise ConversionError("main article is empty")
@@ -152,9 +155,13 @@ def _code_span(text: str) -> str:
 
 
 class _Converter:
-    def __init__(self, article: Tag, anchor_names: dict[str, list[str]] | None):
+    def __init__(self, article: Tag, anchor_names: dict[str, list[str]] | None,
+                 api_names: set[str] | None = None):
         self.anchor_names = anchor_names
+        self.module_sections: dict[int, list[str]] = {}
         self.owned = self._collect_objects(article)
+        if api_names:
+            self._collect_mentions(article, api_names)
         self.all_objects: list[str] = []
 
     # ---- objects ----------------------------------------------------------------------------
@@ -174,10 +181,49 @@ class _Converter:
             if not names:
                 continue
             owner = self._owner(el)
+            if ident.startswith("module-") and owner is not None and _is_section(owner):
+                self.module_sections.setdefault(id(owner), []).extend(names)
             if owner is not None:
                 bucket = owned.setdefault(id(owner), [])
                 bucket.extend(n for n in names if n not in bucket)
         return owned
+
+    def _module_of(self, sec: Tag) -> list[str]:
+        """A prose sub-section of a module's documentation (torchrun's "Environment
+        Variables") documents that module: it carries the module when it names nothing else."""
+        for anc in sec.parents:
+            if id(anc) in self.module_sections:
+                return self.module_sections[id(anc)]
+        return []
+
+    def _collect_mentions(self, article: Tag, api_names: set[str]) -> None:
+        """Give each prose section the APIs it refers to: cross-reference targets, link
+        fragments naming an API, and inline code that spells an API's full name or a short
+        name only one API has (`fully_shard`, `DistributedSampler`; never plain words
+        like `save`). API entries keep just their own objects."""
+        short: dict[str, set[str]] = {}
+        for name in api_names:
+            short.setdefault(name.rsplit(".", 1)[-1], set()).add(name)
+        for el in article.find_all(["a", "code"]):
+            name = None
+            if el.name == "a":
+                target = el.get("title") or el.get("href", "").partition("#")[2]
+                name = target if target in api_names else None
+            elif el.find_parent("pre") is None and el.find_parent("a") is None:
+                text = el.get_text().strip().removesuffix("()")
+                last = text.rsplit(".", 1)[-1]
+                identifier = "_" in last or any(c.isupper() for c in last[1:]) or (last.istitle() and len(last) > 3)
+                if text in api_names:
+                    name = text
+                elif identifier and len(short.get(last, ())) == 1:
+                    name = next(iter(short[last]))
+            if name is None:
+                continue
+            owner = self._owner(el)
+            if owner is not None and _is_section(owner):
+                bucket = self.owned.setdefault(id(owner), [])
+                if name not in bucket:
+                    bucket.append(name)
 
     @staticmethod
     def _owner(el: Tag) -> Tag | None:
@@ -194,7 +240,7 @@ class _Converter:
 
     def _meta_lines(self, owner: Tag, anchor: str | None) -> list[str]:
         lines = []
-        objs = self.owned.get(id(owner), [])
+        objs = self.owned.get(id(owner), []) or self._module_of(owner)
         if objs:
             lines.append(f"<!-- objects: {', '.join(objs)} -->")
             self.all_objects.extend(o for o in objs if o not in self.all_objects)

@@ -131,6 +131,7 @@ def _fetch_and_convert(cfg: ScrapeConfig, client: PoliteClient, log):
     else:
         torch_version = docs_inv.version or cfg.version
 
+    api_names = {o.name for inv in inventories.values() for o in inv.objects}
     pages: dict[str, tuple[list[str], ConvertedPage]] = {}
     not_modified = 0
     total = len(cfg.pages)
@@ -148,7 +149,7 @@ def _fetch_and_convert(cfg: ScrapeConfig, client: PoliteClient, log):
         try:
             conv = convert_page(res.body, page=spec.page, url=cfg.public_url(spec),
                                 torch_version=torch_version, category=spec.category,
-                                anchor_names=inv.names_by_anchor(spec.page))
+                                anchor_names=inv.names_by_anchor(spec.page), api_names=api_names)
         except ConversionError as exc:
             raise ScrapeError(f"page {spec.page} ({url}): {exc}") from None
         pages[spec.page] = (inv_names, conv)
