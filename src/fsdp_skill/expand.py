@@ -5,7 +5,7 @@ Users describe symptoms ("hangs", "OOM", "uneven inputs") or other frameworks' n
 the API words at a lower weight than the user's own words, so an exact match still wins.
 """
 
-from .tokenize import tokenize
+from .tokenize import STOPWORDS, tokenize
 
 WEIGHT = 0.4
 
@@ -87,27 +87,48 @@ RULES = [
     ("device mesh", "DeviceMesh init_device_mesh"),
     ("object", "broadcast_object_list all_gather_object"),
     ("async checkpoint", "async_save"),
+    ("background", "async_save"),
+    ("average", "all_reduce ReduceOp"),
+    ("mean across", "all_reduce ReduceOp"),
+    ("sum across", "all_reduce ReduceOp"),
+    ("per node", "new_subgroups new_group"),
+    ("each node", "new_subgroups new_group"),
+    ("per machine", "new_subgroups new_group"),
+    ("different sizes", "all_gather_object all_gather"),
+    ("different size", "all_gather_object all_gather"),
+    ("variable size", "all_gather_object all_gather"),
+    ("python object", "broadcast_object_list all_gather_object"),
+    ("not initialized", "init_process_group"),
+    ("destroy", "destroy_process_group"),
+    ("generate", "summon_full_params register_fsdp_forward_method"),
+    ("full params", "summon_full_params"),
     ("model parallel", "parallelize_module pipeline"),
 ]
 
-_COMPILED = None
+_COMPILED = {}
 
 
-def _compiled():
-    global _COMPILED
-    if _COMPILED is None:
+def _compiled(rule):
+    """(phrase tokens, expansion tokens) of a rule, tokenized on first use."""
+    if rule not in _COMPILED:
+        phrase, words = rule
         # Only each word's whole token: the parts of `reshard_after_forward` ("forward"...)
         # would match far more than the API itself.
-        _COMPILED = [(frozenset(tokenize(p)), [t for w in words.split() for t in tokenize(w)[:1]])
-                     for p, words in RULES]
-    return _COMPILED
+        _COMPILED[rule] = (frozenset(tokenize(phrase)), [t for w in words.split() for t in tokenize(w)[:1]])
+    return _COMPILED[rule]
 
 
 def expand(query, terms):
     """Extra (term, weight) pairs for the rules whose phrase occurs in the query."""
     have = {t for t, _ in terms}
+    lowered = query.lower()
     extra, added = [], set()
-    for phrase, words in _compiled():
+    for rule in RULES:
+        # Cheap pre-filter before tokenizing the rule (a query runs once per process, so
+        # tokenizing all rules would cost more than the search itself).
+        if not all(w[:4] in lowered for w in rule[0].split() if w not in STOPWORDS):
+            continue
+        phrase, words = _compiled(rule)
         if phrase and phrase <= have:
             for w in words:
                 if w not in have and w not in added:

@@ -86,7 +86,9 @@ def installed_torch_version():
 
     None when torch is not installed in this interpreter.
     """
-    for entry in sys.path:
+    # site-packages first: listing the standard library's folder is wasted work.
+    entries = sorted(sys.path, key=lambda p: not p.endswith(("site-packages", "dist-packages")))
+    for entry in entries:
         try:
             names = os.listdir(entry or ".")
         except OSError:
@@ -101,15 +103,22 @@ def fingerprint(dirs):
     """One line per page file (`source/relpath size mtime_ns`), sorted: cheap to recompute on
     every query (a few dozen stat calls), and any edit, addition or removal changes it."""
     lines = []
+
+    def walk(folder, rel):
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            return
+        for e in entries:
+            if e.name.startswith("."):
+                continue
+            if e.is_dir():
+                walk(e.path, rel + e.name + "/")
+            elif e.name.endswith(".md"):
+                st = e.stat()
+                lines.append(f"{rel}{e.name}\t{st.st_size}\t{st.st_mtime_ns}")
+
     for source in sorted(dirs):
-        top = dirs[source]
-        for folder, subdirs, files in os.walk(top):
-            subdirs[:] = [d for d in subdirs if not d.startswith(".")]
-            for name in files:
-                if name.endswith(".md") and not name.startswith("."):
-                    full = os.path.join(folder, name)
-                    st = os.stat(full)
-                    rel = os.path.relpath(full, top)
-                    lines.append(f"{source}/{rel}\t{st.st_size}\t{st.st_mtime_ns}")
+        walk(dirs[source], source + "/")
     lines.sort()
     return "\n".join(lines)

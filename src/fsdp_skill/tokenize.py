@@ -63,6 +63,9 @@ def tokenize(text):
         word = word.strip("._")
         if not word:
             continue
+        if word.isalnum() and (word.islower() or word.isupper() or word.istitle()):
+            _add(out, word.lower())  # a plain word: the common case, kept cheap
+            continue
         if "." in word or "_" in word:
             out.append(word.lower())
         for dotted in word.split("."):

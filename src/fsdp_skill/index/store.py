@@ -170,8 +170,23 @@ class Index:
         """(default, doc numbers, weights) for a term, or None when it is not indexed."""
         if self._vocab is None:
             self._vocab = self._read("vocab")
+            self._spans = {}
         key = b"\n" + term.encode("utf-8") + b"\t"
-        at = self._vocab.find(key)
+        # The vocabulary is sorted: look only among the terms with the same first byte.
+        first = key[1]
+        span = self._spans.get(first)
+        if span is None:
+            start = self._vocab.find(b"\n" + bytes([first]))
+            end = -1
+            if start >= 0:
+                nxt = first + 1
+                while end < 0 and nxt < 256:
+                    end = self._vocab.find(b"\n" + bytes([nxt]), start)
+                    nxt += 1
+            span = self._spans[first] = (start, len(self._vocab) if end < 0 else end + 1)
+        if span[0] < 0:
+            return None
+        at = self._vocab.find(key, span[0], span[1])
         if at < 0:
             return None
         line_end = self._vocab.find(b"\n", at + 1)
