@@ -4,7 +4,6 @@ One markdown page per docs.pytorch.org page it mirrors (see data/api_pages.yaml)
 chunk links to the real, versioned page and anchor of the installed torch.
 """
 
-import importlib
 import inspect
 import os
 import sys
@@ -12,28 +11,12 @@ from pathlib import Path
 
 import yaml
 
+from ..apinames import resolve
 from ..pages import write_page
 from .docstring_md import render
 
 PAGES_SPEC = Path(__file__).resolve().parent.parent / "data" / "api_pages.yaml"
 DOCS_URL = "https://docs.pytorch.org/docs/{version}/{page}.html"
-
-
-def resolve(name):
-    """Import the longest module prefix of `name`, then getattr the rest. None if missing."""
-    parts = name.split(".")
-    for i in range(len(parts), 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:i]))
-        except ImportError:
-            continue
-        try:
-            for part in parts[i:]:
-                obj = getattr(obj, part)
-        except AttributeError:
-            return None
-        return obj
-    return None
 
 
 def own_doc(obj):
