@@ -99,6 +99,7 @@ def evaluate(questions, search_fn, k=10, judge=None):
         "overall": _metrics(rows),
         "topics": {t: _metrics(rs) for t, rs in sorted(by_topic.items())},
         "misses": [r for r in rows if r["first_relevant_rank"] is None or r["first_relevant_rank"] > 5],
+        "rows": rows,
     }
 
 

@@ -1,0 +1,77 @@
+"""fsdp-skill eval: the relevance rule, the question file, and the quality bar on the dev set."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fsdp_skill.eval import Judge, QuestionFileError, evaluate, load_questions
+
+REPO = Path(__file__).resolve().parents[2]
+DEV = REPO / "tests" / "eval" / "questions.yaml"
+
+
+def test_alias_and_defining_module_agree_look_alikes_do_not():
+    j = Judge()
+    assert j.relevant(["torch.distributed.fsdp._fully_shard._fully_shard.fully_shard"],
+                      ["torch.distributed.fsdp.fully_shard"])
+    assert j.relevant(["torch.distributed.algorithms.Join"], ["torch.distributed.algorithms.join.Join"])
+    assert not j.relevant(["torch.utils.checkpoint.checkpoint"], ["torch.distributed.checkpoint"])
+    # Unresolvable names match only exactly.
+    assert j.relevant(["pkg.not_real"], ["pkg.not_real"])
+    assert not j.relevant(["pkg.not_real"], ["pkg.other"])
+
+
+def test_metrics_on_a_toy_search():
+    qs = [{"id": "a", "question": "q1", "relevant": ["x.A"], "topic": "t"},
+          {"id": "b", "question": "q2", "relevant": ["x.B"], "topic": "t"}]
+    results = {"q1": [{"objects": ["x.A"], "text": "aaa", "title": "A"}],
+               "q2": [{"objects": ["x.Z"], "text": "zzzz", "title": "Z"}, {"objects": ["x.B"], "text": "", "title": "B"}]}
+    rep = evaluate(qs, lambda q: results[q])
+    assert rep["overall"]["recall@1"] == 0.5 and rep["overall"]["recall@5"] == 1.0
+    assert rep["overall"]["mrr@10"] == 0.75
+    assert [r["chars_to_answer"] for r in rep["rows"]] == [0, 4] and rep["misses"] == []
+
+
+@pytest.mark.parametrize("content,message", [
+    ("questions: []", "expected a top-level 'questions:' list"),
+    ("questions: [{id: a, question: q}]", "lacks relevant"),
+    ("{{{", "not valid YAML"),
+])
+def test_bad_question_files(tmp_path, content, message):
+    f = tmp_path / "q.yaml"
+    f.write_text(content)
+    with pytest.raises(QuestionFileError, match=message):
+        load_questions(f)
+
+
+def test_dev_set_is_well_formed():
+    qs = load_questions(DEV)
+    assert len(qs) >= 50
+    assert len({q["id"] for q in qs}) == len(qs)
+    assert len({q["source"] for q in qs}) == len(qs)
+    topics = {q["topic"] for q in qs}
+    assert {"fsdp2", "fsdp1", "checkpoint", "ddp", "join", "zero", "process_group", "device_mesh",
+            "elastic", "collectives", "activation_checkpointing", "tensor_parallel"} <= topics
+    from fsdp_skill.apinames import exists
+
+    assert [n for q in qs for n in q["relevant"] if not exists(n)] == []
+
+
+def test_eval_cli_meets_the_quality_bar(built_data):
+    env = dict(os.environ, FSDP_SKILL_ROOT=str(REPO), FSDP_SKILL_DATA_DIR=str(built_data))
+    out = subprocess.run([sys.executable, "-m", "fsdp_skill.cli", "eval", "--questions", str(DEV), "--json"],
+                         env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    import json
+
+    overall = json.loads(out.stdout)["overall"]
+    assert overall["recall@1"] >= 0.75 and overall["recall@5"] >= 0.95 and overall["mrr@10"] >= 0.85, overall
+
+
+def test_eval_cli_bad_file_is_one_line(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "fsdp_skill.cli", "eval", "--questions", str(tmp_path / "none.yaml")],
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and "cannot read" in out.stderr and "Traceback" not in out.stderr
