@@ -16,7 +16,7 @@ import warnings
 from pathlib import Path
 
 from . import paths
-from .freshness import stale_reason
+from .freshness import ENGINE, stale_reason
 
 
 class BuildError(Exception):
@@ -28,9 +28,13 @@ def _say(msg):
 
 
 def _api_pages_version(api_dir):
-    """torch version the generated docstring pages were built from, or None."""
+    """torch version the generated docstring pages were built from, or None when there are
+    none or another engine version made them."""
     marker = Path(api_dir) / ".torch_version"
-    return marker.read_text().strip() if marker.exists() else None
+    if not marker.exists():
+        return None
+    version, _, engine = marker.read_text().strip().partition("\n")
+    return version if engine == ENGINE else None
 
 
 def build_docstring_pages(api_dir, progress=_say):
@@ -49,7 +53,7 @@ def build_docstring_pages(api_dir, progress=_say):
             # Touching deprecated aliases (torch.distributed.reduce_op) warns; not the user's concern.
             warnings.simplefilter("ignore")
             build_pages(tmp, str(torch.__version__), progress=None)
-        (tmp / ".torch_version").write_text(str(torch.__version__))
+        (tmp / ".torch_version").write_text(f"{torch.__version__}\n{ENGINE}")
         _swap_dir(tmp, api_dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -124,6 +128,7 @@ def build_index(refs_root, index_dir, *, web_dir=None, guides_dir=None, torch_ve
         raise BuildError(f"no reference pages found under {refs_root}")
     version = torch_version or _api_pages_version(dirs["docstring"]) or "none"
     manifest = {
+        "engine": ENGINE,
         "torch_version": version,
         "content_hash": content_hash(dirs),
         "chunks": len(chunks),

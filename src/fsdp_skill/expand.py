@@ -12,10 +12,10 @@ WEIGHT = 0.4
 # (phrase as the user writes it, words the relevant docs use). A phrase matches when all its
 # tokens occur in the query, in any order.
 RULES = [
-    ("uneven inputs", "Join Joinable join_hook throw_on_early_termination"),
-    ("uneven batches", "Join Joinable throw_on_early_termination"),
+    ("uneven", "Join Joinable join_hook throw_on_early_termination"),
     ("different number of batches", "Join Joinable throw_on_early_termination"),
     ("fewer batches", "Join Joinable throw_on_early_termination"),
+    ("run out of data", "Join Joinable throw_on_early_termination"),
     ("zero-3", "FULL_SHARD fully_shard reshard_after_forward"),
     ("zero 3", "FULL_SHARD fully_shard reshard_after_forward"),
     ("zero-2", "SHARD_GRAD_OP reshard_after_forward"),

@@ -5,6 +5,11 @@ import os
 from . import paths
 from .index.store import Index, IndexError_
 
+# Version of the code that turns sources into pages, chunks and term weights. An index or
+# generated pages made by another version are rebuilt, never served. tests/core/
+# test_engine_version.py fails when that code changes without a bump here.
+ENGINE = "4"
+
 
 def open_if_fresh(index_file, dirs, torch_version):
     """(open Index, None) when the index can be served, else (None, why not).
@@ -18,7 +23,9 @@ def open_if_fresh(index_file, dirs, torch_version):
         return None, "missing" if not os.path.exists(index_file) else str(exc)
     try:
         built_for = idx.header.get("torch_version")
-        if torch_version and built_for != torch_version:
+        if idx.header.get("engine") != ENGINE:
+            reason = f"built by another version of fsdp-skill (engine {idx.header.get('engine')}, now {ENGINE})"
+        elif torch_version and built_for != torch_version:
             reason = f"built for torch {built_for}, installed torch is {torch_version}"
         elif idx.stamp() != paths.fingerprint(dirs):
             reason = "reference pages changed since the index was built"

@@ -25,13 +25,28 @@ DEFAULT_VARIANT = "plus"
 PROSE_PRIOR = 0.8
 
 
+def name_tokens(name, weight, tokenize=tokenize):
+    """Tokens of a qualified API name: its own name (last component) counts `weight` times, its
+    module path once. Every object of `powerSGD_hook.py` shares the path `...powerSGD_hook`;
+    weighting the path as much as the name would make them all look like `powerSGD_hook`."""
+    path, _, own = name.rpartition(".")
+    tokens = tokenize(own) * weight
+    if path:
+        whole = name.lower()
+        tokens += [whole] + [t for t in tokenize(path) if t != whole]
+    return tokens
+
+
 def doc_tokens(chunk, weights=FIELD_WEIGHTS, tokenize=tokenize):
     """The token stream BM25 sees for a chunk: fields repeated by their weight."""
     tokens = []
     title = chunk["title"]
-    tokens += tokenize(title) * weights["title"]
-    if chunk["objects"]:
-        tokens += tokenize(" ".join(chunk["objects"])) * weights["objects"]
+    objects = chunk["objects"]
+    if title not in objects:
+        # API entries are titled by their qualified name, which the objects already cover.
+        tokens += tokenize(title) * weights["title"]
+    for name in objects:
+        tokens += name_tokens(name, weights["objects"], tokenize)
     if weights["crumbs"] and len(chunk["breadcrumbs"]) > 1:
         tokens += tokenize(" ".join(chunk["breadcrumbs"][:-1])) * weights["crumbs"]
     tokens += tokenize(chunk["text"]) * weights["text"]

@@ -1,0 +1,29 @@
+"""Changing how pages, chunks or term weights are made must invalidate existing indexes."""
+
+import hashlib
+from pathlib import Path
+
+from fsdp_skill.freshness import ENGINE
+
+PKG = Path(__file__).resolve().parents[2] / "src" / "fsdp_skill"
+PIPELINE = ["tokenize.py", "chunking.py", "pages.py", "index/builder.py", "index/store.py",
+            "sources/docstrings.py", "sources/docstring_md.py", "data/api_pages.yaml"]
+# ENGINE -> sha256 of the pipeline files. When this test fails: bump freshness.ENGINE, then
+# record the new pair here.
+KNOWN = {
+    "4": "a08a63a1617d612949de68779ed091b24bd12fd760793c861e94564913786941",
+}
+
+
+def pipeline_hash():
+    h = hashlib.sha256()
+    for rel in PIPELINE:
+        h.update(rel.encode())
+        h.update((PKG / rel).read_bytes())
+    return h.hexdigest()
+
+
+def test_engine_version_is_bumped_with_the_pipeline():
+    assert KNOWN.get(ENGINE) == pipeline_hash(), (
+        f"the index pipeline changed: bump ENGINE in freshness.py and set KNOWN[{ENGINE!r}] "
+        f"to {pipeline_hash()!r}")
