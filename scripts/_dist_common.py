@@ -1,0 +1,373 @@
+"""Shared plumbing for the example scripts in this folder.
+
+Each example keeps its parallelism technique in plain sight; this module only
+holds what every one of them repeats: picking the device and backend,
+starting and stopping the process group (also as a plain single process),
+seeded data, a small transformer, the per-step log line, the final JSON
+summary and one-line errors for a bad launch.
+
+Copy this file next to any example you copy; it depends only on torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import os
+import sys
+from dataclasses import dataclass
+from typing import Callable, Iterator, Sequence
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+KNOWN_BACKENDS = ("gloo", "nccl", "xccl", "mpi", "ucc")
+
+
+class LaunchError(Exception):
+    """A problem with how the script was started; reported as one line."""
+
+
+# --------------------------------------------------------------------------
+# Arguments, device and backend
+# --------------------------------------------------------------------------
+
+
+def base_parser(description: str, *, steps: int = 8, lr: float = 1e-2) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        description=description,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--device", default="auto",
+                   help="'auto' (the accelerator if present, else cpu), 'cpu', 'cuda', ...")
+    p.add_argument("--backend", default="auto",
+                   help="'auto' (the default for the device: nccl on CUDA, gloo on CPU) or a name: "
+                        + ", ".join(KNOWN_BACKENDS))
+    p.add_argument("--steps", type=int, default=steps, help="optimizer steps")
+    p.add_argument("--lr", type=float, default=lr)
+    p.add_argument("--seed", type=int, default=0, help="weights use this seed; data adds the dp rank")
+    p.add_argument("--timeout-s", type=float, default=120.0,
+                   help="collective timeout, so a broken peer ends the run instead of hanging it")
+    return p
+
+
+def world_size_from_env() -> int:
+    """World size before the process group exists (1 when run as plain python)."""
+    try:
+        return int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError as e:
+        raise LaunchError(f"WORLD_SIZE={os.environ['WORLD_SIZE']!r} is not an integer") from e
+
+
+def pick_device(device_arg: str, local_rank: int) -> torch.device:
+    if device_arg == "auto":
+        acc = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
+        device_type = acc.type if acc is not None else "cpu"
+    else:
+        device_type = device_arg
+    if device_type == "cpu":
+        return torch.device("cpu")
+    try:
+        device = torch.device(device_type)
+    except RuntimeError as e:
+        raise LaunchError(f"unknown device {device_arg!r}") from e
+    acc = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
+    if acc is None or acc.type != device.type:
+        raise LaunchError(f"device {device_arg!r} is not available on this machine (use --device cpu)")
+    count = torch.accelerator.device_count()
+    if local_rank >= count:
+        raise LaunchError(
+            f"LOCAL_RANK {local_rank} has no {device.type} device ({count} visible); "
+            f"launch at most {count} processes per node")
+    torch.accelerator.set_device_index(local_rank)
+    return torch.device(device.type, local_rank)
+
+
+def pick_backend(backend_arg: str, device: torch.device) -> str:
+    if backend_arg == "auto":
+        return dist.get_default_backend_for_device(device)
+    name = backend_arg.lower()
+    if name not in KNOWN_BACKENDS:
+        raise LaunchError(f"unknown backend {backend_arg!r}; choose one of: auto, " + ", ".join(KNOWN_BACKENDS))
+    if not dist.is_backend_available(name):
+        raise LaunchError(f"backend {name!r} is not available in this torch build")
+    if name == "nccl" and device.type != "cuda":
+        raise LaunchError("backend 'nccl' needs --device cuda; use gloo on cpu")
+    return name
+
+
+def mesh_shape(world: int, names: tuple[str, str], outer: int, inner: int) -> tuple[int, int]:
+    """Degrees of a 2-D (outer, inner) mesh; 0 means "fit the world size".
+
+    Default inner degree: 2 on an even world size (2 ranks -> 1x2, 4 -> 2x2),
+    else 1.  Checked before any process group exists, so a mismatch is a
+    one-line error on every rank instead of a hang in a half-built mesh.
+    """
+    if outer < 0 or inner < 0:
+        raise LaunchError(f"mesh degrees must be >= 1 (or 0 for auto), got {names[0]}={outer} {names[1]}={inner}")
+    if inner == 0:
+        inner = world // outer if outer else (2 if world % 2 == 0 else 1)
+    if outer == 0:
+        outer = max(world // inner, 1)
+    if outer * inner != world:
+        raise LaunchError(f"{names[0]}={outer} x {names[1]}={inner} needs {outer * inner} ranks, "
+                          f"but the world size is {world}")
+    return outer, inner
+
+
+# --------------------------------------------------------------------------
+# Process group lifetime
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class Dist:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+    backend: str
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+@contextlib.contextmanager
+def distributed(args: argparse.Namespace) -> Iterator[Dist]:
+    """Start the default process group; always destroy it on the way out.
+
+    Under torchrun the env:// rendezvous variables are set.  As a plain
+    ``python script.py`` there are none, so a private in-memory store gives a
+    real world-size-1 group and every collective still runs.
+    """
+    world = world_size_from_env()
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = pick_device(args.device, local_rank)
+    backend = pick_backend(args.backend, device)
+    timeout = datetime.timedelta(seconds=args.timeout_s)
+    # Binding the device lets NCCL set up communicators eagerly on one GPU.
+    device_id = device if device.type != "cpu" else None
+    if "MASTER_ADDR" in os.environ:
+        # torchrun restarts workers against the same agent store, where the
+        # previous attempt's peers left their addresses: the new group would
+        # dial dead sockets (pytorch/pytorch#167288).  A per-attempt key
+        # prefix gives every attempt a clean namespace.
+        store, rank, world = next(dist.rendezvous("env://", timeout=timeout))
+        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        dist.init_process_group(backend, store=dist.PrefixStore(f"attempt_{attempt}", store),
+                                rank=rank, world_size=world, timeout=timeout, device_id=device_id)
+    else:
+        if world != 1:
+            raise LaunchError(f"WORLD_SIZE={world} but no MASTER_ADDR; launch with torchrun")
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1,
+                                timeout=timeout, device_id=device_id)
+    try:
+        yield Dist(dist.get_rank(), dist.get_world_size(), local_rank, device, backend)
+        # Tear down together: a rank that destroys its gloo group while a peer
+        # is still using the connections can abort the peer at exit.
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def run(main: Callable[[Sequence[str] | None], None], argv: Sequence[str] | None = None) -> None:
+    """Entry point wrapper: a bad launch becomes one line on stderr and exit code 2."""
+    try:
+        main(argv)
+    except LaunchError as e:
+        prefix = f"[rank {os.environ['RANK']}] " if "RANK" in os.environ and world_size_from_env() > 1 else ""
+        print(f"{prefix}error: {e}", file=sys.stderr, flush=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+# --------------------------------------------------------------------------
+# Reproducibility and data
+# --------------------------------------------------------------------------
+
+
+def seed_weights(seed: int) -> None:
+    """Same seed on every rank -> identical initial weights everywhere."""
+    torch.manual_seed(seed)
+
+
+def data_generator(seed: int, dp_rank: int, step: int, micro: int = 0) -> torch.Generator:
+    """A fresh generator per (rank, step, micro-batch): any step's batch can be rebuilt
+    on its own, which is what lets a resumed run continue exactly and lets the
+    tests rebuild every rank's data for a reference."""
+    g = torch.Generator()
+    g.manual_seed(((seed * 1_000_003 + dp_rank) * 1_000_003 + step) * 101 + micro)
+    return g
+
+
+VOCAB, DIM, HEADS, LAYERS, SEQ = 64, 32, 4, 2, 16
+
+
+def token_batch(seed: int, dp_rank: int, step: int, batch_size: int = 4, micro: int = 0,
+                vocab: int = VOCAB, seq: int = SEQ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Arithmetic sequences mod vocab: learnable (the loss falls) but not trivial,
+    since the stride must be read from earlier tokens."""
+    g = data_generator(seed, dp_rank, step, micro)
+    start = torch.randint(0, vocab, (batch_size, 1), generator=g)
+    stride = torch.randint(1, 8, (batch_size, 1), generator=g)
+    tokens = (start + stride * torch.arange(seq + 1)) % vocab
+    return tokens[:, :-1], tokens[:, 1:]
+
+
+# --------------------------------------------------------------------------
+# A small decoder-only transformer (torchtitan-like names: the TP plans refer to them)
+# --------------------------------------------------------------------------
+
+
+class Attention(nn.Module):
+    def __init__(self, dim: int, n_heads: int):
+        super().__init__()
+        self.head_dim = dim // n_heads
+        self.wq = nn.Linear(dim, dim, bias=False)
+        self.wk = nn.Linear(dim, dim, bias=False)
+        self.wv = nn.Linear(dim, dim, bias=False)
+        self.wo = nn.Linear(dim, dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        # -1 heads: under tensor parallelism each rank holds only its share of them.
+        q, k, v = (w(x).view(b, s, -1, self.head_dim).transpose(1, 2) for w in (self.wq, self.wk, self.wv))
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.wo(out.transpose(1, 2).reshape(b, s, -1))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.w1 = nn.Linear(dim, hidden)
+        self.w2 = nn.Linear(hidden, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(F.gelu(self.w1(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, dim: int, n_heads: int):
+        super().__init__()
+        self.attention_norm = nn.LayerNorm(dim)
+        self.attention = Attention(dim, n_heads)
+        self.ffn_norm = nn.LayerNorm(dim)
+        self.feed_forward = FeedForward(dim, 4 * dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attention(self.attention_norm(x))
+        return x + self.feed_forward(self.ffn_norm(x))
+
+
+class ToyTransformer(nn.Module):
+    def __init__(self, vocab: int = VOCAB, dim: int = DIM, n_heads: int = HEADS,
+                 n_layers: int = LAYERS, max_seq: int = SEQ):
+        super().__init__()
+        self.tok_embeddings = nn.Embedding(vocab, dim)
+        self.pos_embeddings = nn.Embedding(max_seq, dim)
+        # A ModuleDict keeps block names stable ("layers.0") for checkpoints and plans.
+        self.layers = nn.ModuleDict({str(i): Block(dim, n_heads) for i in range(n_layers)})
+        self.norm = nn.LayerNorm(dim)
+        self.output = nn.Linear(dim, vocab, bias=False)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        pos = torch.arange(tokens.shape[1], device=tokens.device)
+        h = self.tok_embeddings(tokens) + self.pos_embeddings(pos)
+        for block in self.layers.values():
+            h = block(h)
+        return self.output(self.norm(h))
+
+    @torch.no_grad()
+    def init_weights(self, seed: int) -> None:
+        """Deterministic init that also works after ``to_empty`` on a meta-built
+        model: every parameter is rewritten, in a fixed order, from one seed."""
+        g = torch.Generator(device="cpu").manual_seed(seed)
+        for name, p in sorted(self.named_parameters()):
+            if name.endswith("bias"):
+                new = torch.zeros(p.shape)
+            elif "norm" in name:
+                new = torch.ones(p.shape)
+            else:
+                new = torch.randn(p.shape, generator=g) * 0.02
+            copy_full_into(p, new)
+
+
+def copy_full_into(p: torch.Tensor, full: torch.Tensor) -> None:
+    """Copy a full (unsharded) CPU tensor into a plain or DTensor parameter."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    if isinstance(p, DTensor):
+        full = distribute_tensor(full.to(p.device_mesh.device_type), p.device_mesh, p.placements)
+        p.to_local().copy_(full.to_local())
+    else:
+        p.copy_(full.to(p.device))
+
+
+def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
+
+
+# --------------------------------------------------------------------------
+# Parity with a replicated reference (the way PyTorch's FSDP tests do it)
+# --------------------------------------------------------------------------
+
+
+def _clean(name: str) -> str:
+    # Activation-checkpoint wrappers add this segment to parameter names only.
+    return name.replace("_checkpoint_wrapped_module.", "")
+
+
+@torch.no_grad()
+def max_shard_diff(model: nn.Module, ref: nn.Module, grads: bool = False) -> float:
+    """Largest |local shard - same slice of the replicated reference|.
+
+    The reference tensor is cut with the parameter's own placements, so this
+    works for any mesh: FSDP, HSDP, TP and 2-D alike.
+    """
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    ref_params = {_clean(n): p for n, p in ref.named_parameters()}
+    worst = 0.0
+    for name, p in model.named_parameters():
+        r = ref_params[_clean(name)]
+        a, b = (p.grad, r.grad) if grads else (p, r)
+        if a is None and b is None:
+            continue
+        if isinstance(a, DTensor):
+            b = distribute_tensor(b.detach().to(a.device_mesh.device_type), a.device_mesh, a.placements)
+            a, b = a.to_local(), b.to_local()
+        worst = max(worst, (a.detach().float().cpu() - b.detach().float().cpu()).abs().max().item())
+    return worst
+
+
+# --------------------------------------------------------------------------
+# Output
+# --------------------------------------------------------------------------
+
+
+def mean_across_ranks(value: torch.Tensor, group=None) -> float:
+    """The global loss: each rank's local mean, averaged (equal batch sizes)."""
+    v = value.detach().float().reshape(1).clone()
+    dist.all_reduce(v, op=dist.ReduceOp.SUM, group=group)
+    return v.item() / dist.get_world_size(group)
+
+
+def log_step(d: Dist, step: int, loss: float, **extra: object) -> None:
+    if d.is_main:
+        tail = "".join(f" {k}={v}" for k, v in extra.items())
+        print(f"step {step:4d}  loss {loss:.6f}{tail}", flush=True)
+
+
+def summary(d: Dist, script: str, losses: list[float], steps: int, **extra: object) -> None:
+    """The last stdout line on rank 0: one JSON object for tests and tools."""
+    if d.is_main:
+        rec = {"script": os.path.basename(script), "world_size": d.world_size, "backend": d.backend,
+               "device": d.device.type, "steps": steps, "losses": losses, **extra}
+        print(json.dumps(rec, sort_keys=True), flush=True)

@@ -1,0 +1,192 @@
+"""Helpers for the example-script tests: launch torchrun jobs that can never hang CI,
+and the single-process references the distributed runs are compared with.
+
+A uniquely named module (not conftest) so that importing it can never clash
+with another conftest.py on sys.path."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPTS = ROOT / "scripts"
+
+# Collective timeout passed to every script: a stuck peer fails the run
+# quickly instead of waiting out the 30-minute default.
+SCRIPT_TIMEOUT_S = 60
+# Wall-clock cap for a whole launch; the process group is killed past it.
+LAUNCH_TIMEOUT_S = 180
+
+HAS_CUDA = torch.cuda.is_available()
+CUDA_GPUS = torch.cuda.device_count() if HAS_CUDA else 0
+
+
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def summary(self) -> dict:
+        """The final one-line JSON record the example prints on rank 0."""
+        for line in reversed(self.stdout.splitlines()):
+            line = line.strip()
+            if line.startswith("{"):
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                if "script" in rec:
+                    return rec
+        raise AssertionError(f"no JSON summary in output:\n{self.stdout[-3000:]}\n{self.stderr[-3000:]}")
+
+    def check(self) -> "Result":
+        assert self.returncode == 0, f"exit {self.returncode}\n{self.stdout[-3000:]}\n{self.stderr[-5000:]}"
+        return self
+
+
+def example_env(extra: dict | None = None) -> dict:
+    env = dict(os.environ)
+    # One thread per rank: 2 ranks on a 2-core CI box must not oversubscribe.
+    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1",
+               PYTHONDONTWRITEBYTECODE="1")
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
+              "TORCHELASTIC_RESTART_COUNT", "GROUP_RANK", "LOCAL_WORLD_SIZE"):
+        env.pop(k, None)
+    if extra:
+        env.update(extra)
+    return env
+
+
+def _communicate(proc: subprocess.Popen, timeout: float) -> tuple[str, str]:
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        # torchrun's workers live in its session: kill the whole group.
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"launch exceeded {timeout}s and was killed\n{out[-3000:]}\n{err[-3000:]}")
+
+
+def kill(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+
+
+def finish(proc: subprocess.Popen, timeout: float = LAUNCH_TIMEOUT_S) -> "Result":
+    out, err = _communicate(proc, timeout)
+    return Result(proc.returncode, out, err)
+
+
+def start(cmd: list[str], env: dict | None = None, cwd: Path | None = None) -> subprocess.Popen:
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=example_env(env), cwd=cwd or ROOT, start_new_session=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun_cmd(script: str, nproc: int, args: list[str], torchrun_args: list[str] | None = None) -> list[str]:
+    rdzv = torchrun_args if torchrun_args is not None else ["--standalone"]
+    return [sys.executable, "-m", "torch.distributed.run", *rdzv, f"--nproc-per-node={nproc}",
+            str(SCRIPTS / script), *args]
+
+
+def script_args(args: list[str], device: str) -> list[str]:
+    return ["--device", device, "--timeout-s", str(SCRIPT_TIMEOUT_S), *args]
+
+
+def run_torchrun(script: str, nproc: int = 2, args: list[str] = (), *, device: str = "cpu",
+                 torchrun_args: list[str] | None = None, env: dict | None = None,
+                 timeout: float = LAUNCH_TIMEOUT_S) -> Result:
+    return finish(start(torchrun_cmd(script, nproc, script_args(list(args), device), torchrun_args), env), timeout)
+
+
+def run_python(script: str, args: list[str] = (), *, device: str = "cpu", env: dict | None = None,
+               timeout: float = LAUNCH_TIMEOUT_S) -> Result:
+    return finish(start([sys.executable, str(SCRIPTS / script), *script_args(list(args), device)], env), timeout)
+
+
+def load_script(name: str):
+    """Import an example as a module, for its model and data builders."""
+    if str(SCRIPTS) not in sys.path:
+        sys.path.insert(0, str(SCRIPTS))
+    return importlib.import_module(name)
+
+
+def reference_lm(steps: int, dp_world: int, *, seed: int = 0, batch_size: int = 4, accum: int = 1,
+                 lr: float = 1e-2, max_norm: float | None = 1.0, start_step: int = 0,
+                 model=None, opt=None):
+    """Train the examples' transformer in one process on every dp rank's batches.
+
+    Data parallelism averages gradients over dp ranks, so each rank's loss is
+    scaled by 1/dp_world (and 1/accum per micro-batch) before backward; the
+    logged loss is that same average.  Returns (losses, model, optimizer).
+    """
+    common = load_script("_dist_common")
+    if model is None:
+        model = common.ToyTransformer()
+        model.init_weights(seed)
+    if opt is None:
+        opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    losses = []
+    for step in range(start_step, start_step + steps):
+        total = 0.0
+        for micro in range(accum):
+            for r in range(dp_world):
+                x, y = common.token_batch(seed, r, step, batch_size, micro)
+                part = common.lm_loss(model(x), y) / (accum * dp_world)
+                part.backward()
+                total += part.item()
+        if max_norm is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(total)
+    return losses, model, opt
+
+
+def assert_one_line_error(res: Result, *needles: str) -> None:
+    """A bad launch: non-zero exit, our one-line 'error:' message, no traceback from the script."""
+    assert res.returncode != 0, res.stdout[-2000:]
+    lines = [ln for ln in res.stderr.splitlines() if "error: " in ln and not ln.startswith(("E", "W", "I"))]
+    assert lines, res.stderr[-3000:]
+    for needle in needles:
+        assert any(needle in ln for ln in lines), (needle, lines)
+    # torchrun's own agent prints a ChildFailedError trace; the script itself must not.
+    assert f'File "{SCRIPTS}' not in res.stderr, res.stderr[-3000:]
+    assert "Traceback" not in "\n".join(ln for ln in res.stderr.splitlines() if ln.startswith("[rank"))
+
+
+def read_safetensors(path) -> dict:
+    """Pickle-free reader for the examples' safetensors export (numpy arrays)."""
+    import numpy as np
+
+    dtypes = {"F32": np.float32, "F16": np.float16, "I64": np.int64}
+    raw = Path(path).read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    base = 8 + n
+    out = {}
+    for name, meta in header.items():
+        if name == "__metadata__":
+            continue
+        lo, hi = meta["data_offsets"]
+        out[name] = np.frombuffer(raw[base + lo:base + hi], dtype=dtypes[meta["dtype"]]).reshape(meta["shape"])
+    return out
