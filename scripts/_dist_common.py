@@ -37,8 +37,33 @@ class LaunchError(Exception):
 # --------------------------------------------------------------------------
 
 
-def base_parser(description: str, *, steps: int = 8, lr: float = 1e-2) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+class _OneLineParser(argparse.ArgumentParser):
+    def error(self, message: str):
+        # One line naming the problem, not argparse's usage block.
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _positive(kind):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+        return value
+    parse.__name__ = f"positive {kind.__name__}"
+    return parse
+
+
+positive_int = _positive(int)
+positive_float = _positive(float)
+
+
+def base_parser(description: str, *, steps: int | None = 8, lr: float = 1e-2) -> argparse.ArgumentParser:
+    """Flags every example shares. steps=None: the script's data decides how many steps."""
+    p = _OneLineParser(
         description=description,
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
@@ -47,10 +72,11 @@ def base_parser(description: str, *, steps: int = 8, lr: float = 1e-2) -> argpar
     p.add_argument("--backend", default="auto",
                    help="'auto' (the default for the device: nccl on CUDA, gloo on CPU) or a name: "
                         + ", ".join(KNOWN_BACKENDS))
-    p.add_argument("--steps", type=int, default=steps, help="optimizer steps")
+    if steps is not None:
+        p.add_argument("--steps", type=positive_int, default=steps, help="optimizer steps")
     p.add_argument("--lr", type=float, default=lr)
     p.add_argument("--seed", type=int, default=0, help="weights use this seed; data adds the dp rank")
-    p.add_argument("--timeout-s", type=float, default=120.0,
+    p.add_argument("--timeout-s", type=positive_float, default=120.0,
                    help="collective timeout, so a broken peer ends the run instead of hanging it")
     return p
 

@@ -123,7 +123,7 @@ def export_full(model, path: str) -> None:
 
 def main(argv=None) -> None:
     p = common.base_parser(__doc__.splitlines()[0], steps=3, lr=1e-2)
-    p.add_argument("--batch-size", type=int, default=4, help="per rank")
+    p.add_argument("--batch-size", type=common.positive_int, default=4, help="per rank")
     p.add_argument("--max-norm", type=float, default=1.0)
     p.add_argument("--load", metavar="DIR", help="resume from this DCP checkpoint (any world size)")
     p.add_argument("--save", metavar="DIR", help="save a DCP checkpoint here after training")

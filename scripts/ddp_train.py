@@ -75,8 +75,8 @@ def endless(loader: DataLoader):
 
 def main(argv=None) -> None:
     p = common.base_parser(__doc__.splitlines()[0], steps=8, lr=0.05)
-    p.add_argument("--batch-size", type=int, default=8, help="per rank, per micro-batch")
-    p.add_argument("--accum-steps", type=int, default=2, help="micro-batches per optimizer step")
+    p.add_argument("--batch-size", type=common.positive_int, default=8, help="per rank, per micro-batch")
+    p.add_argument("--accum-steps", type=common.positive_int, default=2, help="micro-batches per optimizer step")
     p.add_argument("--static-graph", action="store_true")
     args = p.parse_args(argv)
     if args.accum_steps < 1:

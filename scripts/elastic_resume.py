@@ -110,9 +110,9 @@ def digest(model, opt) -> str | None:
 def main(argv=None) -> None:
     p = common.base_parser(__doc__.splitlines()[0], steps=8, lr=1e-2)
     p.add_argument("--ckpt-dir", required=True)
-    p.add_argument("--ckpt-every", type=int, default=3, help="steps between checkpoints")
-    p.add_argument("--keep", type=int, default=2, help="committed checkpoints to keep")
-    p.add_argument("--batch-size", type=int, default=4, help="per rank")
+    p.add_argument("--ckpt-every", type=common.positive_int, default=3, help="steps between checkpoints")
+    p.add_argument("--keep", type=common.positive_int, default=2, help="committed checkpoints to keep")
+    p.add_argument("--batch-size", type=common.positive_int, default=4, help="per rank")
     p.add_argument("--max-norm", type=float, default=1.0)
     p.add_argument("--fail-at-step", type=int, default=-1, help="inject a crash at this step (first attempt)")
     p.add_argument("--fail-rank", type=int, default=1)

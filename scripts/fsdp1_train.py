@@ -94,7 +94,7 @@ def state_dict_report(model: FSDP, d: common.Dist) -> dict:
 
 def main(argv=None) -> None:
     p = common.base_parser(__doc__.splitlines()[0], steps=6, lr=1e-2)
-    p.add_argument("--batch-size", type=int, default=4, help="per rank")
+    p.add_argument("--batch-size", type=common.positive_int, default=4, help="per rank")
     p.add_argument("--max-norm", type=float, default=1.0)
     p.add_argument("--sharding-strategy", choices=STRATEGIES, default="FULL_SHARD")
     p.add_argument("--mixed-precision", choices=["auto", "bf16", "off"], default="auto")

@@ -120,8 +120,8 @@ def reference_model(args, device: torch.device) -> nn.Module:
 
 
 def add_args(p) -> None:
-    p.add_argument("--batch-size", type=int, default=4, help="per rank, per micro-batch")
-    p.add_argument("--accum-steps", type=int, default=1, help="micro-batches per optimizer step")
+    p.add_argument("--batch-size", type=common.positive_int, default=4, help="per rank, per micro-batch")
+    p.add_argument("--accum-steps", type=common.positive_int, default=1, help="micro-batches per optimizer step")
     p.add_argument("--max-norm", type=float, default=1.0, help="gradient clipping threshold")
     p.add_argument("--mixed-precision", choices=["auto", "bf16", "off"], default="auto")
     p.add_argument("--cpu-offload", action="store_true", help="CPUOffloadPolicy (needs an accelerator)")

@@ -44,7 +44,7 @@ def main(argv=None) -> None:
     p = common.base_parser(__doc__.splitlines()[0], steps=5, lr=1e-2)
     p.add_argument("--replicate-degree", type=int, default=0, help="0: world size / shard degree")
     p.add_argument("--shard-degree", type=int, default=0, help="0: 2 on an even world size, else 1")
-    p.add_argument("--batch-size", type=int, default=4, help="per data-parallel rank")
+    p.add_argument("--batch-size", type=common.positive_int, default=4, help="per data-parallel rank")
     p.add_argument("--max-norm", type=float, default=1.0)
     p.add_argument("--check-parity", action="store_true",
                    help="compare every local shard with a replicated reference each step")

@@ -71,11 +71,10 @@ def batch(seed: int, rank: int, step: int, batch_size: int) -> tuple[torch.Tenso
 
 
 def main(argv=None) -> None:
-    p = common.base_parser(__doc__.splitlines()[0], lr=0.1)
-    p.set_defaults(steps=None)
-    p.add_argument("--batches", type=int, default=4, help="batches on rank 0")
+    p = common.base_parser(__doc__.splitlines()[0], steps=None, lr=0.1)
+    p.add_argument("--batches", type=common.positive_int, default=4, help="batches on rank 0")
     p.add_argument("--extra-per-rank", type=int, default=2, help="rank r gets r times this many more")
-    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--batch-size", type=common.positive_int, default=8)
     p.add_argument("--throw-on-early-termination", action="store_true")
     args = p.parse_args(argv)
     if args.batches < 1 or args.extra_per_rank < 0:

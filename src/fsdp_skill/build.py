@@ -19,6 +19,10 @@ from . import paths
 from .freshness import ENGINE, stale_reason
 
 
+# Which torch (and engine) made references/api/; not a page (no .md), so never indexed.
+API_MARKER = "build-info.txt"
+
+
 class BuildError(Exception):
     """A build that cannot proceed; the message says what to do."""
 
@@ -30,7 +34,7 @@ def _say(msg):
 def _api_pages_version(api_dir):
     """torch version the generated docstring pages were built from, or None when there are
     none or another engine version made them."""
-    marker = Path(api_dir) / ".torch_version"
+    marker = Path(api_dir) / API_MARKER
     if not marker.exists():
         return None
     version, _, engine = marker.read_text().strip().partition("\n")
@@ -43,17 +47,19 @@ def build_docstring_pages(api_dir, progress=_say):
         import torch
     except ImportError:
         raise BuildError("building the API references needs torch: pip install torch") from None
+    from .pages import public_mode
     from .sources.docstrings import build_pages
 
     api_dir = Path(api_dir)
     api_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".api-new-", dir=api_dir.parent))
+    public_mode(tmp, directory=True)
     try:
         with warnings.catch_warnings():
             # Touching deprecated aliases (torch.distributed.reduce_op) warns; not the user's concern.
             warnings.simplefilter("ignore")
             build_pages(tmp, str(torch.__version__), progress=None)
-        (tmp / ".torch_version").write_text(f"{torch.__version__}\n{ENGINE}")
+        (tmp / API_MARKER).write_text(f"{torch.__version__}\n{ENGINE}")
         _swap_dir(tmp, api_dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -75,8 +81,11 @@ def _swap_dir(new, target):
 def collect_chunks(dirs):
     """All chunks of all pages in `dirs` ({source: folder}), web pages shadowing docstring pages."""
     from .chunking import chunk_page
+    from .pages import PageError
 
-    chunks, web_pages = [], set()
+    chunks, web_pages, stale_web = [], set(), set()
+    api_version = _api_pages_version(dirs["docstring"]) if dirs.get("docstring") else None
+    api_release = _release(api_version) if api_version else None
     for source in ("guide", "web", "docstring"):
         folder = dirs.get(source)
         if not folder or not os.path.isdir(folder):
@@ -84,16 +93,36 @@ def collect_chunks(dirs):
         for path in sorted(Path(folder).rglob("*.md")):
             if any(part.startswith(".") for part in path.relative_to(folder).parts):
                 continue
-            for c in chunk_page(path):
+            try:
+                page_chunks = chunk_page(path)
+            except PageError as exc:
+                raise BuildError(f"bad reference page: {exc}") from None
+            except UnicodeDecodeError:
+                raise BuildError(f"bad reference page: {path} is not UTF-8 text") from None
+            for c in page_chunks:
                 d = c.to_dict()
                 d["flags"] = ""
-                if source == "web":
+                if source == "web" and api_release and _release(c.torch_version) != api_release:
+                    # Scraped for another torch than the installed one: searchable with
+                    # `--source web`, but it must not replace the current API pages.
+                    d["flags"] = "stale"
+                    stale_web.add(c.torch_version)
+                elif source == "web":
                     web_pages.add(c.page)
                 elif source == "docstring" and c.page in web_pages:
                     # The scraped page replaces this one by default; `--source docstring` finds it.
                     d["flags"] = "shadowed"
                 chunks.append(d)
+    if stale_web:
+        _say(f"note: scraped pages describe torch {', '.join(sorted(stale_web))}, the API pages torch "
+             f"{api_version}; searching the API pages by default (refresh: fsdp-skill scrape --version "
+             f"{api_release})")
     return chunks
+
+
+def _release(version):
+    """'2.13.0+cpu' -> '2.13'; the docs site has one page set per major.minor."""
+    return ".".join(str(version).split("+")[0].split(".")[:2])
 
 
 def content_hash(dirs):
@@ -123,6 +152,8 @@ def build_index(refs_root, index_dir, *, web_dir=None, guides_dir=None, torch_ve
         "web": str(web_dir or (refs_root / paths.SOURCE_DIRS["web"])),
     }
     started = time.perf_counter()
+    # Stamp before reading: a page edited during the build then makes the index stale.
+    stamp = paths.fingerprint(dirs)
     chunks = collect_chunks(dirs)
     if not chunks:
         raise BuildError(f"no reference pages found under {refs_root}")
@@ -138,7 +169,7 @@ def build_index(refs_root, index_dir, *, web_dir=None, guides_dir=None, torch_ve
     header = {k: str(v) for k, v in manifest.items() if k != "sources"}
     index_dir = Path(index_dir)
     index_dir.mkdir(parents=True, exist_ok=True)
-    n_terms = builder.build(chunks, str(index_dir / paths.INDEX_FILE), header, paths.fingerprint(dirs),
+    n_terms = builder.build(chunks, str(index_dir / paths.INDEX_FILE), header, stamp,
                             variant=variant or builder.DEFAULT_VARIANT)
     manifest["terms"] = n_terms
     manifest["variant"] = variant or builder.DEFAULT_VARIANT

@@ -24,9 +24,9 @@ def _usage():
 
 
 def _build(argv):
-    import argparse
+    from .argparsing import OneLineParser
 
-    p = argparse.ArgumentParser(prog="fsdp-skill build", description=COMMANDS["build"])
+    p = OneLineParser(prog="fsdp-skill build", description=COMMANDS["build"])
     p.add_argument("--force", action="store_true", help="rebuild even when the index is fresh")
     args = p.parse_args(argv)
     from .build import BuildError, ensure_index

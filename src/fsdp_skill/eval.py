@@ -14,12 +14,13 @@ Metrics per question, averaged per topic and overall:
   (all 10 results' text when there is none).
 """
 
-import argparse
 import sys
 from collections import defaultdict
 from pathlib import Path
 
 import yaml
+
+from .argparsing import OneLineParser
 
 K_VALUES = (1, 5, 10)
 
@@ -33,6 +34,8 @@ def load_questions(path):
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise QuestionFileError(f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise QuestionFileError(f"{path} is not UTF-8 text") from None
     except yaml.YAMLError:
         raise QuestionFileError(f"{path} is not valid YAML") from None
     qs = data.get("questions") if isinstance(data, dict) else None
@@ -130,7 +133,7 @@ def format_report(report):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="fsdp-skill eval", description="Measure search quality on labelled questions.")
+    p = OneLineParser(prog="fsdp-skill eval", description="Measure search quality on labelled questions.")
     p.add_argument("--questions", required=True, help="YAML file: questions: [{id, question, relevant, topic, source}]")
     p.add_argument("--k", type=int, default=10, help="results considered per question (default 10)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -143,7 +146,7 @@ def main(argv=None):
         questions = load_questions(args.questions)
     except QuestionFileError as exc:
         print(f"fsdp-skill eval: error: {exc}", file=sys.stderr)
-        return 2
+        return 1
     from .search import SearchError, open_fresh, search
 
     try:

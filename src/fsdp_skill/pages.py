@@ -32,6 +32,14 @@ def read_page(path):
     return meta, text[end + 5:]
 
 
+def public_mode(path, directory=False):
+    """Give a temp file/folder (mkstemp/mkdtemp make them owner-only) the mode a plain
+    open()/mkdir() would have had, so a shared skill install stays readable by its users."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, (0o777 if directory else 0o666) & ~umask)
+
+
 def atomic_write(path, text):
     """Write via a temp file in the same folder and rename, so readers never see half a file."""
     path = Path(path)
@@ -40,6 +48,7 @@ def atomic_write(path, text):
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
+        public_mode(tmp)
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)

@@ -27,8 +27,11 @@ def open_fresh(root=None, rebuild=True, progress=None):
         return index
     if not rebuild:
         raise SearchError(f"index not usable: {reason}")
-    from .build import BuildError, ensure_index
-
+    try:
+        from .build import BuildError, ensure_index
+    except ImportError as exc:
+        raise SearchError(f"building the index needs {exc.name}: pip install the skill's "
+                          "dependencies (pip install -e . in the skill folder)") from None
     try:
         index_file = ensure_index(root, **({"progress": progress} if progress else {}))
     except BuildError as exc:
@@ -75,7 +78,7 @@ def search(index, query, k=5, page=1, source=None, use_expansion=True, diversity
     for doc_no, score in ranked:
         doc = index.doc(doc_no)
         if source is None:
-            if doc["flags"] == "shadowed":
+            if doc["flags"] in ("shadowed", "stale"):
                 continue
         elif doc["source"] != source:
             continue

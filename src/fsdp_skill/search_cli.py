@@ -7,7 +7,6 @@ errors go through argparse, where that cost does not matter.
 
 import sys
 
-USAGE = "search QUERY... [--k N] [--json] [--max-chars N] [--page P] [--source web|docstring|guide]"
 SOURCES = ("web", "docstring", "guide")
 DEFAULTS = {"k": 5, "max_chars": 6000, "page": 1}
 
@@ -61,9 +60,10 @@ def parse(argv):
                     raise UsageError(f"--source must be one of {', '.join(SOURCES)}, not {value!r}")
                 opts["source"] = value
             else:
-                if not value.lstrip("-").isdigit():
-                    raise UsageError(f"--{name} needs a whole number, not {value!r}")
-                opts[key] = int(value)
+                try:
+                    opts[key] = int(value) if value.isascii() else int("x")
+                except ValueError:
+                    raise UsageError(f"--{name} needs a whole number, not {value!r}") from None
         elif arg.startswith("-") and len(arg) > 1 and not arg[1].isdigit():
             raise UsageError(f"unknown option {arg}")
         else:
@@ -105,49 +105,70 @@ def to_json(value):
     raise TypeError(f"cannot encode {type(value).__name__}")
 
 
+def _block(r):
+    crumbs = " > ".join(r["breadcrumbs"])
+    head = f"## {r['rank']}. {crumbs}\nSource: {r['url']} (torch {r['torch_version']})"
+    if r["objects"]:
+        head += "\nAPI: " + ", ".join(f"`{o}`" for o in r["objects"])
+    return head, r["text"].strip()
+
+
+def _truncate(text, room):
+    """Cut at a line end within `room` chars, closing an open code fence."""
+    cut = text[:max(room, 0)].rsplit("\n", 1)[0] if len(text) > room else text
+    if cut.count("```") % 2:
+        cut += "\n```"
+    return cut
+
+
 def render_markdown(query, results, max_chars, page):
+    """The hits as markdown, at most `max_chars` long; the first hit is always shown (cut to fit)."""
     if not results:
         return f"No results for {query!r}" + (f" on page {page}" if page > 1 else "") + ".\n"
     out, used = [], 0
-    for r in results:
-        crumbs = " > ".join(r["breadcrumbs"])
-        head = f"## {r['rank']}. {crumbs}\nSource: {r['url']} (torch {r['torch_version']})"
-        if r["objects"]:
-            head += "\nAPI: " + ", ".join(f"`{o}`" for o in r["objects"])
-        block = f"{head}\n\n{r['text'].strip()}\n\n"
-        if used + len(block) > max_chars:
-            room = max_chars - used - len(head) - 80
-            if room > 200:
-                cut = r["text"][:room].rsplit("\n", 1)[0]
-                if cut.count("```") % 2:
-                    cut += "\n```"
-                out.append(f"{head}\n\n{cut}\n\n[... truncated by --max-chars]\n")
-            out.append(f"({len(results) - len(out)} more results cut by --max-chars {max_chars}; "
-                       f"raise it, or use --page/--k)\n")
-            break
-        out.append(block)
-        used += len(block)
+    for n, r in enumerate(results):
+        head, text = _block(r)
+        block = f"{head}\n\n{text}\n\n"
+        left = len(results) - n
+        note = f"({left} more result{'s' * (left > 1)} cut by --max-chars {max_chars}; raise it, or use --page/--k)\n"
+        if used + len(block) <= max_chars - (len(note) if n + 1 < len(results) else 0):
+            out.append(block)
+            used += len(block)
+            continue
+        marker = "\n\n[... truncated by --max-chars]\n"
+        room = max_chars - used - len(head) - len(marker) - len(note) - 4
+        if n == 0:
+            room = max(room, 300)  # a heading without its text answers nothing
+        if n == 0 or room > 200:
+            out.append(f"{head}\n\n{_truncate(text, room)}{marker}")
+            left -= 1
+        if left:
+            out.append(f"({left} more result{'s' * (left > 1)} cut by --max-chars {max_chars}; "
+                       "raise it, or use --page/--k)\n")
+        break
     return "".join(out)
 
 
 def run(argv, prog="search"):
     try:
-        if any(a in ("-h", "--help") for a in argv):
+        options = argv[:argv.index("--")] if "--" in argv else argv
+        if any(a in ("-h", "--help") for a in options):
             _argparser(prog).print_help()
             return 0
         opts = parse(argv)
     except UsageError as exc:
-        print(f"{prog}: error: {exc}\nusage: {prog} {USAGE.split(' ', 1)[1]}", file=sys.stderr)
+        print(f"{prog}: error: {exc} (see --help)", file=sys.stderr)
         return 2
-    query = opts["query"].strip()
+    from .search import MAX_QUERY_CHARS, SearchError, open_fresh, search
+
+    # Undecodable bytes in argv arrive as lone surrogates, which cannot be encoded again.
+    query = opts["query"].encode("utf-8", "replace").decode("utf-8").strip()
     if not query:
         print(f"{prog}: error: empty query; pass the question to search for", file=sys.stderr)
         return 2
-    if len(query) > 2000:
-        print(f"{prog}: note: query truncated from {len(query)} to 2000 characters", file=sys.stderr)
-        query = query[:2000]
-
-    from .search import SearchError, open_fresh, search
+    if len(query) > MAX_QUERY_CHARS:
+        print(f"{prog}: note: query truncated from {len(query)} to {MAX_QUERY_CHARS} characters", file=sys.stderr)
+        query = query[:MAX_QUERY_CHARS]
 
     try:
         index = open_fresh()

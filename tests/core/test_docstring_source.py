@@ -72,3 +72,13 @@ def test_aliases_collapse_into_one_entry(built_data):
     chunks = chunk_page(Path(built_data) / "api" / "distributed.algorithms.join.md")
     join = [c for c in chunks if "torch.distributed.algorithms.join.Join" in c.objects]
     assert join and "torch.distributed.algorithms.Join" in join[0].objects
+
+
+def test_docs_version_for_releases_and_nightlies():
+    from fsdp_skill.sources.docstrings import docs_version
+
+    assert docs_version("2.13.0+cpu") == "2.13"
+    assert docs_version("2.13.1") == "2.13"
+    assert docs_version("2.14.0.dev20260101+cpu") == "main"
+    assert docs_version("2.14.0a0+git1234abc") == "main"
+    assert docs_version("2.14.0rc1") == "main"

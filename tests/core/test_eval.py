@@ -74,4 +74,4 @@ def test_eval_cli_meets_the_quality_bar(built_data):
 def test_eval_cli_bad_file_is_one_line(tmp_path):
     out = subprocess.run([sys.executable, "-m", "fsdp_skill.cli", "eval", "--questions", str(tmp_path / "none.yaml")],
                          capture_output=True, text=True)
-    assert out.returncode == 2 and "cannot read" in out.stderr and "Traceback" not in out.stderr
+    assert out.returncode == 1 and "cannot read" in out.stderr and "Traceback" not in out.stderr

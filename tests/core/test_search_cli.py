@@ -187,3 +187,47 @@ def test_console_script_matches_script(built_data):
     b = subprocess.run([sys.executable, str(REPO / "scripts" / "search.py"), "no_sync", "--json"],
                        env=env, capture_output=True, text=True)
     assert a.returncode == 0 and a.stdout == b.stdout
+
+
+@pytest.mark.parametrize("content", [b"no front matter here\n", b"---\ntitle: [unclosed\n---\n# x\n",
+                                     b"---\ntitle: t\nurl: u\nsource: web\ntorch_version: '2.13'\npage: p\n---\n\xff\xfe\n"])
+def test_a_bad_page_gives_one_line_naming_it(data_copy, run_search, content):
+    (data_copy / "web").mkdir(exist_ok=True)
+    (data_copy / "web" / "bad.md").write_bytes(content)
+    out = run_search(["fully_shard"], data_copy)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "bad.md" in out.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("value", ["--5", "²", "1.5"])
+def test_odd_numbers_are_usage_errors(built_data, run_search, value):
+    out = run_search(["q", "--k", value], built_data)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
+
+
+def test_undecodable_query_bytes(built_data):
+    env = dict(os.environ, FSDP_SKILL_ROOT=str(REPO), FSDP_SKILL_DATA_DIR=str(built_data))
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "search.py"), b"fsdp \xff\xfe", "--json"],
+                         env=env, capture_output=True)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["results"]
+
+
+def test_small_max_chars_still_shows_the_first_hit(built_data, run_search):
+    out = run_search(["fully_shard reshard_after_forward", "--k", "3", "--max-chars", "300"], built_data)
+    assert out.stdout.startswith("## 1. ") and "Source: " in out.stdout
+    assert "truncated by --max-chars" in out.stdout and "2 more results cut" in out.stdout
+
+
+def test_scraped_pages_of_another_release_do_not_replace_the_api_pages(data_copy, run_search):
+    web = data_copy / "web"
+    web.mkdir(exist_ok=True)
+    (web / "distributed.md").write_text(
+        "---\ntitle: Old\nurl: https://docs.pytorch.org/docs/1.9/distributed.html\nsource: web\n"
+        "torch_version: '1.9'\npage: distributed\n---\n# Old\n\n## Zorblax section\n\nzorblax words.\n")
+    out = run_search(["init_process_group", "--json", "--k", "10"], data_copy)
+    assert "scraped pages describe torch 1.9" in out.stderr
+    assert any(r["source"] == "docstring" and r["path"] == "references/api/distributed.md"
+               for r in json.loads(out.stdout)["results"])
+    assert json.loads(run_search(["zorblax", "--json"], data_copy).stdout)["results"] == []
+    assert json.loads(run_search(["zorblax", "--json", "--source", "web"], data_copy).stdout)["results"]

@@ -222,8 +222,7 @@ def test_main(fake_root, tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1 and out[0].startswith("installed pytorch-fsdp into ")
 
-    # --target wins over --agent
-    assert I.main(["--agent", "codex", "--target", str(tmp_path / "t")]) == 0
+    assert I.main(["--target", str(tmp_path / "t")]) == 0
     assert (tmp_path / "t" / "pytorch-fsdp").is_dir() and not (tmp_path / "home" / ".codex").exists()
 
     assert I.main(["--target", str(tmp_path / "dry"), "--dry-run"]) == 0
@@ -236,7 +235,7 @@ def test_main(fake_root, tmp_path, monkeypatch, capsys):
     assert err == [f"fsdp-skill install: {tmp_path / 'afile'}: not a folder"]
 
 
-@pytest.mark.parametrize("argv", [[], ["--agent", "vim"], ["--bogus"]])
+@pytest.mark.parametrize("argv", [[], ["--agent", "vim"], ["--bogus"], ["--agent", "codex", "--target", "x"]])
 def test_main_bad_arguments_are_one_line(argv, capsys):
     with pytest.raises(SystemExit) as e:
         I.main(argv)

@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from fsdp_skill.skill._cli import OneLineParser
+from fsdp_skill.argparsing import OneLineParser
 
 try:
     from fsdp_skill.paths import SKILL_NAME
@@ -322,8 +322,9 @@ def main(argv: list[str] | None = None) -> int:
         description=f"Build the references and index for the local torch, then copy the skill into "
         f"DIR/{SKILL_NAME} (atomically; re-running updates it).",
     )
-    parser.add_argument("--target", metavar="DIR", help="skills folder to install into (wins over --agent)")
-    parser.add_argument(
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--target", metavar="DIR", help="skills folder to install into")
+    where.add_argument(
         "--agent",
         choices=sorted(AGENT_HOMES),
         help="install into that agent's user skills folder: "
@@ -337,8 +338,6 @@ def main(argv: list[str] | None = None) -> int:
         "--no-verify", action="store_true", help="skip validating the copy before swapping it in"
     )
     args = parser.parse_args(argv)
-    if not args.target and not args.agent:
-        parser.error("one of --target DIR or --agent {%s} is required" % ",".join(sorted(AGENT_HOMES)))
 
     try:
         target = Path(args.target) if args.target else agent_skills_dir(args.agent)

@@ -29,7 +29,7 @@ from urllib.parse import unquote
 
 import yaml
 
-from fsdp_skill.skill._cli import OneLineParser
+from fsdp_skill.argparsing import OneLineParser
 
 MAX_NAME_LENGTH = 64
 MAX_DESCRIPTION_LENGTH = 1024

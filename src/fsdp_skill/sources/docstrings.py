@@ -19,6 +19,15 @@ PAGES_SPEC = Path(__file__).resolve().parent.parent / "data" / "api_pages.yaml"
 DOCS_URL = "https://docs.pytorch.org/docs/{version}/{page}.html"
 
 
+def docs_version(version):
+    """The docs.pytorch.org folder for a torch version: '2.13.0+cpu' -> '2.13'; a nightly or
+    pre-release ('2.14.0.dev20260101', '2.14.0a0+git...') has no release docs yet -> 'main'."""
+    public = str(version).split("+")[0]
+    if any(tag in public for tag in ("dev", "a", "b", "rc")) or "git" in str(version):
+        return "main"
+    return ".".join(public.split(".")[:2])
+
+
 def own_doc(obj):
     """The object's own docstring: never a parent class's (inspect.getdoc walks the MRO)."""
     if isinstance(obj, property):
@@ -93,7 +102,7 @@ def build_pages(out_dir, torch_version=None, progress=None):
     import torch  # noqa: F401  (import errors surface here with a clear message upstream)
 
     version = str(torch_version or torch.__version__)
-    short = ".".join(version.split("+")[0].split(".")[:2])
+    short = docs_version(version)
     spec = yaml.safe_load(PAGES_SPEC.read_text())["pages"]
     merged = {}
     for entry in spec:

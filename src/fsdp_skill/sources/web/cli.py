@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+
+from ...argparsing import OneLineParser
 import functools
 import sys
 from pathlib import Path
@@ -37,7 +39,7 @@ def _index_builder(refs: Path):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog=PROG,
         description="Scrape the PyTorch distributed docs and tutorials into references/web/ "
                     "and rebuild the index; the previous references keep serving on any failure.")
