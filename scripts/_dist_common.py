@@ -397,3 +397,25 @@ def summary(d: Dist, script: str, losses: list[float], steps: int, **extra: obje
         rec = {"script": os.path.basename(script), "world_size": d.world_size, "backend": d.backend,
                "device": d.device.type, "steps": steps, "losses": losses, **extra}
         print(json.dumps(rec, sort_keys=True), flush=True)
+
+
+def state_digest(model, opt) -> str | None:
+    """SHA-256 over the gathered (unsharded) model and optimizer state; rank 0 only, None
+    elsewhere. A collective: every rank must call it. Tests compare runs with it."""
+    import hashlib
+
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+    opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    model_sd, optim_sd = get_state_dict(model, opt, options=opts)  # collective
+    if dist.get_rank() != 0:
+        return None
+    h = hashlib.sha256()
+    flat = {f"model.{k}": v for k, v in model_sd.items()}
+    for fqn, st in optim_sd["state"].items():
+        flat.update({f"optim.{fqn}.{k}": v for k, v in st.items()})
+    for k in sorted(flat):
+        v = torch.as_tensor(flat[k]).detach().cpu().contiguous()
+        h.update(k.encode())
+        h.update(v.float().numpy().tobytes() if v.dtype == torch.bfloat16 else v.numpy().tobytes())
+    return h.hexdigest()

@@ -28,7 +28,6 @@ round-trips bit for bit.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
@@ -72,21 +71,6 @@ def save_state(model, opt, next_step: int):
     return {"model": model_sd, "optim": optim_sd, "trainer": {"next_step": next_step}}
 
 
-def full_digest(model, opt) -> str | None:
-    """SHA-256 over the gathered (unsharded) model and optimizer state; rank 0 only."""
-    opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    model_sd, optim_sd = get_state_dict(model, opt, options=opts)  # collective
-    if dist.get_rank() != 0:
-        return None
-    h = hashlib.sha256()
-    flat = {f"model.{k}": v for k, v in model_sd.items()}
-    for fqn, st in optim_sd["state"].items():
-        flat.update({f"optim.{fqn}.{k}": v for k, v in st.items()})
-    for k in sorted(flat):
-        v = torch.as_tensor(flat[k]).detach().cpu().contiguous()
-        h.update(k.encode())
-        h.update(v.float().numpy().tobytes() if v.dtype == torch.bfloat16 else v.numpy().tobytes())
-    return h.hexdigest()
 
 
 _ST_DTYPES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16", torch.int64: "I64"}
@@ -139,7 +123,7 @@ def main(argv=None) -> None:
         start, loaded_digest = 0, None
         if args.load:
             start = load_checkpoint(args.load, model, opt)
-            loaded_digest = full_digest(model, opt)
+            loaded_digest = common.state_digest(model, opt)
 
         # Async checkpointing runs its collectives on a separate gloo group so
         # they never queue behind training collectives (NCCL) on the device.
@@ -157,7 +141,7 @@ def main(argv=None) -> None:
             losses.append(common.mean_across_ranks(loss))
             common.log_step(d, step, losses[-1])
             if args.save and step == save_after:
-                saved_digest = full_digest(model, opt)
+                saved_digest = common.state_digest(model, opt)
                 state = save_state(model, opt, step + 1)
                 if args.async_save:
                     # Returns once the state is staged; the write overlaps the next steps.
@@ -170,7 +154,7 @@ def main(argv=None) -> None:
             export_full(model, args.export_full)
         common.summary(d, __file__, losses, args.steps, start_step=start, loaded_digest=loaded_digest,
                        saved_digest=saved_digest, saved_next_step=save_after + 1 if args.save else None,
-                       final_digest=full_digest(model, opt))
+                       final_digest=common.state_digest(model, opt))
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ bit (the summary's ``final_digest``).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -37,7 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_state_dict,
+from torch.distributed.checkpoint.state_dict import (get_state_dict,
                                                      set_state_dict)
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
@@ -92,19 +91,6 @@ def maybe_fail(where: str, step: int) -> None:
         os._exit(13)  # no cleanup, like a killed process
 
 
-def digest(model, opt) -> str | None:
-    opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    model_sd, optim_sd = get_state_dict(model, opt, options=opts)
-    if dist.get_rank() != 0:
-        return None
-    h = hashlib.sha256()
-    flat = {f"model.{k}": v for k, v in model_sd.items()}
-    for fqn, st in optim_sd["state"].items():
-        flat.update({f"optim.{fqn}.{k}": v for k, v in st.items()})
-    for k in sorted(flat):
-        h.update(k.encode())
-        h.update(torch.as_tensor(flat[k]).detach().cpu().contiguous().numpy().tobytes())
-    return h.hexdigest()
 
 
 def main(argv=None) -> None:
@@ -168,7 +154,7 @@ def main(argv=None) -> None:
 
         common.summary(d, __file__, history, args.steps, resumed_from=found[0], start_step=start,
                        restart_count=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
-                       removed_partial=removed, final_digest=digest(model, opt))
+                       removed_partial=removed, final_digest=common.state_digest(model, opt))
 
 
 if __name__ == "__main__":
