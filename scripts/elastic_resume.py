@@ -106,8 +106,6 @@ def main(argv=None) -> None:
                    help="crash during the step's backward, or during its checkpoint (after the "
                         "shards are written, before the commit)")
     args = p.parse_args(argv)
-    if args.ckpt_every < 1 or args.keep < 1:
-        raise common.LaunchError("--ckpt-every and --keep must be >= 1")
     _FAIL.update(where=args.fail_in, step=args.fail_at_step, rank=args.fail_rank)
 
     with common.distributed(args) as d:

@@ -239,29 +239,19 @@ def _check_fields(md: SkillMd, folder: str, rel: str, p: _Collector) -> str | No
     else:
         _check_name(name, folder, at("name"), rel, p)
 
-    if "description" not in meta:
-        p.add(rel, 1, "missing required frontmatter field 'description'")
-    else:
-        desc = meta["description"]
-        if not isinstance(desc, str) or not desc.strip():
-            p.add(rel, at("description"), "'description' must be a non-empty string")
-        elif len(desc) > MAX_DESCRIPTION_LENGTH:
-            p.add(
-                rel,
-                at("description"),
-                f"description is {len(desc)} characters; the limit is {MAX_DESCRIPTION_LENGTH}",
-            )
+    def check_text(key, limit, required):
+        if key not in meta:
+            if required:
+                p.add(rel, 1, f"missing required frontmatter field '{key}'")
+            return
+        value = meta[key]
+        if not isinstance(value, str) or (required and not value.strip()):
+            p.add(rel, at(key), f"'{key}' must be a {'non-empty ' if required else ''}string")
+        elif len(value) > limit:
+            p.add(rel, at(key), f"{key} is {len(value)} characters; the limit is {limit}")
 
-    if "compatibility" in meta:
-        comp = meta["compatibility"]
-        if not isinstance(comp, str):
-            p.add(rel, at("compatibility"), "'compatibility' must be a string")
-        elif len(comp) > MAX_COMPATIBILITY_LENGTH:
-            p.add(
-                rel,
-                at("compatibility"),
-                f"compatibility is {len(comp)} characters; the limit is {MAX_COMPATIBILITY_LENGTH}",
-            )
+    check_text("description", MAX_DESCRIPTION_LENGTH, required=True)
+    check_text("compatibility", MAX_COMPATIBILITY_LENGTH, required=False)
 
     if "license" in meta and not isinstance(meta["license"], str):
         p.add(rel, at("license"), "'license' must be a string")
