@@ -15,6 +15,7 @@ Metrics per question, averaged per topic and overall:
 """
 
 import sys
+import warnings
 from collections import defaultdict
 from pathlib import Path
 
@@ -66,6 +67,12 @@ class Judge:
         return self._cache[name]
 
     def relevant(self, objects, labels):
+        with warnings.catch_warnings():
+            # Resolving deprecated aliases (torch.distributed.reduce_op) warns; irrelevant here.
+            warnings.simplefilter("ignore")
+            return self._relevant(objects, labels)
+
+    def _relevant(self, objects, labels):
         for o in objects:
             for label in labels:
                 if o == label:
