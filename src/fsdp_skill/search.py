@@ -17,28 +17,24 @@ class SearchError(Exception):
     """A search that cannot be answered; the message is for the user."""
 
 
-def open_fresh(root=None, rebuild=True, progress=None):
+def open_fresh(root=None):
     """Open the skill's index, (re)building it first when it is missing or stale."""
     from .freshness import open_if_fresh
 
     index_file = paths.index_path(root)
-    index, reason = open_if_fresh(index_file, paths.page_dirs(root), paths.installed_torch_version())
+    index, _ = open_if_fresh(index_file, paths.page_dirs(root), paths.installed_torch_version())
     if index is not None:
         return index
-    if not rebuild:
-        raise SearchError(f"index not usable: {reason}")
     try:
+        # Imported here: the build's dependencies may be missing where an index is only served.
         from .build import BuildError, ensure_index
-    except ImportError as exc:
+
+        index_file = ensure_index(root)
+    except ImportError as exc:  # listed first: BuildError is unbound when the import failed
         raise SearchError(f"building the index needs {exc.name}: pip install the skill's "
                           "dependencies (pip install -e . in the skill folder)") from None
-    try:
-        index_file = ensure_index(root, **({"progress": progress} if progress else {}))
     except BuildError as exc:
         raise SearchError(str(exc)) from None
-    except ImportError as exc:
-        raise SearchError(f"building the index needs {exc.name}: pip install the skill's "
-                          "dependencies (pip install -e . in the skill folder)") from None
     try:
         return Index(index_file)
     except IndexError_ as exc:

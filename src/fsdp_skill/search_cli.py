@@ -61,7 +61,7 @@ def parse(argv):
                 opts["source"] = value
             else:
                 try:
-                    opts[key] = int(value) if value.isascii() else int("x")
+                    opts[key] = int(value)
                 except ValueError:
                     raise UsageError(f"--{name} needs a whole number, not {value!r}") from None
         elif arg.startswith("-") and len(arg) > 1 and not arg[1].isdigit():
@@ -121,6 +121,11 @@ def _truncate(text, room):
     return cut
 
 
+def _cut_note(left, max_chars):
+    return (f"({left} more result{'s' * (left > 1)} cut by --max-chars {max_chars}; "
+            "raise it, or use --page/--k)\n")
+
+
 def render_markdown(query, results, max_chars, page):
     """The hits as markdown, at most `max_chars` long; the first hit is always shown (cut to fit)."""
     if not results:
@@ -130,7 +135,7 @@ def render_markdown(query, results, max_chars, page):
         head, text = _block(r)
         block = f"{head}\n\n{text}\n\n"
         left = len(results) - n
-        note = f"({left} more result{'s' * (left > 1)} cut by --max-chars {max_chars}; raise it, or use --page/--k)\n"
+        note = _cut_note(left, max_chars)
         if used + len(block) <= max_chars - (len(note) if n + 1 < len(results) else 0):
             out.append(block)
             used += len(block)
@@ -143,8 +148,7 @@ def render_markdown(query, results, max_chars, page):
             out.append(f"{head}\n\n{_truncate(text, room)}{marker}")
             left -= 1
         if left:
-            out.append(f"({left} more result{'s' * (left > 1)} cut by --max-chars {max_chars}; "
-                       "raise it, or use --page/--k)\n")
+            out.append(_cut_note(left, max_chars))
         break
     return "".join(out)
 
