@@ -63,6 +63,11 @@ def _comment_fields(html):
     return found
 
 
+def _only_comments(html):
+    lines = [ln.strip() for ln in html.splitlines() if ln.strip()]
+    return bool(lines) and all(ln.startswith("<!--") and ln.endswith("-->") for ln in lines)
+
+
 def _blocks(body):
     """Yield (kind, text, token) for each top-level block; list items count as blocks."""
     lines = body.splitlines()
@@ -110,13 +115,15 @@ def _sections(meta, body):
             stack.append(sec)
             sections.append(sec)
             continue
-        if kind == "html_block" and not current.blocks:
-            fields = _comment_fields(text)
-            if fields:
+        if kind == "html_block" and _only_comments(text):
+            # Metadata for the chunker (objects, anchor) or for the tests (run markers, error
+            # ids): none of it is text a reader needs.
+            if not current.blocks:
+                fields = _comment_fields(text)
                 if "objects" in fields:
                     current.objects = [o.strip() for o in fields["objects"].split(",") if o.strip()]
                 current.anchor = fields.get("anchor", current.anchor)
-                continue
+            continue
         current.blocks.append((kind, text))
     return sections
 

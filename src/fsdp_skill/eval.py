@@ -12,6 +12,11 @@ Metrics per question, averaged per topic and overall:
 - MRR@10: 1/rank of the first relevant result in the top 10, 0 if none;
 - chars to answer: characters of result text an agent reads before the first relevant hit
   (all 10 results' text when there is none).
+
+Answer coverage (`--answers`): each question lists `answer_facts`, the facts a correct answer must
+state, each with a rule `terms: [[a, b], [c]]`. A fact is covered by the default output (exactly
+what `scripts/search.py QUESTION` prints) when every group has at least one alternative in it
+(case-insensitive, whitespace-insensitive substring). A question is answered when all its facts are.
 """
 
 import sys
@@ -49,7 +54,84 @@ def load_questions(path):
         if isinstance(q["relevant"], str):
             q["relevant"] = [q["relevant"]]
         q.setdefault("topic", "other")
+        _check_answer_fields(path, q)
     return qs
+
+
+KINDS = ("error", "howto")
+
+
+def _check_answer_fields(path, q):
+    """One-line errors naming the question and field for a malformed kind/answer_facts."""
+    where = f"{path}: question {q['id']!r}"
+    if "kind" in q and q["kind"] not in KINDS:
+        raise QuestionFileError(f"{where}: kind must be one of {', '.join(KINDS)}")
+    facts = q.get("answer_facts")
+    if facts is None:
+        return
+    if not isinstance(facts, list) or not facts:
+        raise QuestionFileError(f"{where}: answer_facts must be a non-empty list")
+    for n, f in enumerate(facts, start=1):
+        terms = f.get("terms") if isinstance(f, dict) else None
+        if not (isinstance(f, dict) and isinstance(f.get("fact"), str) and f["fact"].strip()):
+            raise QuestionFileError(f"{where}: answer_facts[{n}] needs a 'fact' string")
+        if not (isinstance(terms, list) and terms and all(
+                isinstance(g, list) and g and all(isinstance(t, str) and t.strip() for t in g) for g in terms)):
+            raise QuestionFileError(f"{where}: answer_facts[{n}].terms must be a list of non-empty lists of strings")
+
+
+def _norm(text):
+    return " ".join(text.lower().split())
+
+
+def fact_covered(fact, output):
+    """True when every term group of `fact` has an alternative in `output` (already _norm-ed)."""
+    return all(any(_norm(t) in output for t in group) for group in fact["terms"])
+
+
+def evaluate_answers(questions, output_fn):
+    """Answer coverage of `output_fn(question) -> printed text` over the questions with facts."""
+    rows = []
+    for q in questions:
+        if not q.get("answer_facts"):
+            continue
+        out = output_fn(q["question"])
+        norm = _norm(out)
+        covered = [fact_covered(f, norm) for f in q["answer_facts"]]
+        rows.append({"id": q["id"], "topic": q["topic"], "kind": q.get("kind", "howto"),
+                     "question": q["question"], "chars": len(out), "output": out,
+                     "facts": [{"fact": f["fact"], "covered": c} for f, c in zip(q["answer_facts"], covered)]})
+    groups = {"overall": rows}
+    for key in ("kind", "topic"):
+        for row in rows:
+            groups.setdefault(f"{key}:{row[key]}", []).append(row)
+    return {"questions": len(rows), "groups": {name: _answer_metrics(rs) for name, rs in groups.items()},
+            "rows": rows}
+
+
+def _answer_metrics(rows):
+    facts = [f["covered"] for r in rows for f in r["facts"]]
+    return {"n": len(rows), "facts": len(facts),
+            "facts_stated": round(sum(facts) / (len(facts) or 1), 3),
+            "fully_answered": round(sum(all(f["covered"] for f in r["facts"]) for r in rows) / (len(rows) or 1), 3),
+            "max_chars": max((r["chars"] for r in rows), default=0)}
+
+
+def format_answers(report, show_output=False):
+    cols = ["n", "facts", "facts_stated", "fully_answered", "max_chars"]
+    lines = ["| group | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
+    for name, m in report["groups"].items():
+        lines.append(f"| {name} | " + " | ".join(str(m[c]) for c in cols) + " |")
+    lines.append("")
+    for r in report["rows"]:
+        marks = "".join("+" if f["covered"] else "-" for f in r["facts"])
+        lines.append(f"[{marks}] {r['id']} ({r['kind']}, {r['topic']}, {r['chars']} chars)")
+        for f in r["facts"]:
+            if not f["covered"]:
+                lines.append(f"      missing: {f['fact']}")
+        if show_output:
+            lines += ["", r["output"].rstrip(), "", "-" * 72]
+    return "\n".join(lines) + "\n"
 
 
 class Judge:
@@ -139,12 +221,22 @@ def format_report(report):
     return "\n".join(lines) + "\n"
 
 
+def _capped(query):
+    from .search import MAX_QUERY_CHARS
+
+    return query[:MAX_QUERY_CHARS]
+
+
 def main(argv=None):
     p = OneLineParser(prog="fsdp-skill eval", description="Measure search quality on labelled questions.")
     p.add_argument("--questions", required=True, help="YAML file: questions: [{id, question, relevant, topic, source}]")
     p.add_argument("--k", type=int, default=10, help="results considered per question (default 10)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--source", choices=("web", "docstring", "guide"), help="search one source only")
+    p.add_argument("--answers", action="store_true",
+                   help="measure answer coverage instead: the facts of each question's answer_facts "
+                        "stated in the default search output")
+    p.add_argument("--show-output", action="store_true", help="with --answers: print each output too")
     args = p.parse_args(argv)
     if args.k < 1:
         print("fsdp-skill eval: error: --k must be at least 1", file=sys.stderr)
@@ -162,9 +254,17 @@ def main(argv=None):
         print(f"fsdp-skill eval: error: {exc}", file=sys.stderr)
         return 1
     try:
-        report = evaluate(questions, lambda q: search(index, q, k=args.k, source=args.source), k=args.k)
+        if args.answers:
+            from .search_cli import default_output
+
+            report = evaluate_answers(questions, lambda q: default_output(index, q, source=args.source))
+        else:
+            report = evaluate(questions, lambda q: search(index, _capped(q), k=args.k, source=args.source), k=args.k)
     finally:
         index.close()
+    if args.answers and not args.json:
+        print(format_answers(report, args.show_output), end="")
+        return 0
     if args.json:
         import json
 

@@ -41,12 +41,71 @@ def open_fresh(root=None):
         raise SearchError(str(exc)) from None
 
 
+def condense_query(query, limit=MAX_QUERY_CHARS):
+    """A pasted traceback or log reduced to what identifies the error, at most `limit` chars.
+
+    Stack frames (`File "...", line N, in f` and the source line under each), caret lines and
+    the "Traceback" banner name the user's files, not the error; they are dropped. The error
+    lines themselves stay, the last one (the exception torch raised) twice, since it matters
+    most. A long query that is not a traceback keeps its head.
+    """
+    lines = query.splitlines()
+    is_trace = len(lines) > 2 and any(ln.lstrip().startswith(('File "', "Traceback (most recent call last)"))
+                                      for ln in lines)
+    if not is_trace:
+        return query[:limit]
+    kept, skip_source = [], False
+    for ln in lines:
+        s = ln.strip()
+        if skip_source:
+            skip_source = False
+            if ln[:1] in " \t" and not s.startswith('File "'):
+                continue
+        if s.startswith('File "'):
+            skip_source = True
+            continue
+        if not s or s.startswith("Traceback (most recent call last)") or not s.strip("^~ "):
+            continue
+        kept.append(s)
+    last = next((k for k in reversed(kept) if _is_exception_line(k)), kept[-1] if kept else "")
+    text = "\n".join(kept + [last])
+    # The exception comes last: when too long, keep the tail, not the head.
+    return text[-limit:] if len(text) > limit else text
+
+
+def _is_exception_line(line):
+    head = line.split(":", 1)[0].rsplit(".", 1)[-1]
+    return ":" in line and head.endswith(("Error", "Exception", "Warning", "Interrupt"))
+
+
 def query_terms(query, use_expansion=True, tokenizer=tokenize):
     """[(term, weight)] for a query: its own tokens, plus curated expansions at lower weight."""
     terms = [(t, 1.0) for t in tokenizer(query)]
     if use_expansion:
         terms += expand(query, terms)
     return terms
+
+
+GUIDE_PULL = 0.5  # a guide hit moves ahead of a reference hit on its API if it scores at least this share
+
+
+def _guides_first(hits):
+    """Put a guide section ahead of a raw reference entry on the same API when both rank.
+
+    The guide states the fix; the docstring states the signature. Only a guide hit whose score
+    is at least GUIDE_PULL of the reference hit's moves, so a weak match never jumps the queue.
+    """
+    i = 0
+    while i < len(hits):
+        ref = hits[i]
+        if ref["source"] != "guide" and ref["objects"]:
+            objs = set(ref["objects"])
+            for j in range(i + 1, len(hits)):
+                g = hits[j]
+                if g["source"] == "guide" and objs & set(g["objects"]) and g["score"] >= GUIDE_PULL * ref["score"]:
+                    hits.insert(i, hits.pop(j))
+                    break
+        i += 1
 
 
 def _signature_key(doc):
@@ -65,7 +124,7 @@ def search(index, query, k=5, page=1, source=None, use_expansion=True, diversity
     under two names, and take at most PER_PAGE_CAP hits from one page, so the first results
     offer different answers rather than five slices of one.
     """
-    terms = query_terms(query, use_expansion, tokenizer)
+    terms = query_terms(condense_query(query), use_expansion, tokenizer)
     constant, extra = index.scores(terms)
     prior = index.prior
     ranked = sorted(((d, (constant + s) * prior(d)) for d, s in extra.items()), key=lambda kv: (-kv[1], kv[0]))
@@ -88,6 +147,8 @@ def search(index, query, k=5, page=1, source=None, use_expansion=True, diversity
         out.append(doc)
         if len(out) >= wanted:
             break
+    if diversity:
+        _guides_first(out)
     results = out[k * (page - 1):wanted]
     for rank, doc in enumerate(results, start=k * (page - 1) + 1):
         doc["rank"] = rank

@@ -105,20 +105,109 @@ def to_json(value):
     raise TypeError(f"cannot encode {type(value).__name__}")
 
 
+MAX_API_NAMES = 4
+FIRST_HIT_CHARS = 2400   # the best hit may take this much text even when others must shrink
+MIN_HIT_CHARS = 500      # below this a hit's text answers nothing; it is left out instead
+GAP = "\n\n[...]\n\n"
+
+
 def _block(r):
-    crumbs = " > ".join(r["breadcrumbs"])
+    # The page title is in the Source line; an API crumb repeated in its method's name is noise.
+    trail = r["breadcrumbs"][1:] or r["breadcrumbs"]
+    crumbs = " > ".join(c for c, nxt in zip(trail, trail[1:] + [""]) if not nxt.startswith(c + "."))
     head = f"## {r['rank']}. {crumbs}\nSource: {r['url']} (torch {r['torch_version']})"
-    if r["objects"]:
-        head += "\nAPI: " + ", ".join(f"`{o}`" for o in r["objects"])
+    objects = r["objects"]
+    if objects:
+        more = len(objects) - MAX_API_NAMES
+        head += "\nAPI: " + ", ".join(f"`{o}`" for o in objects[:MAX_API_NAMES])
+        head += f" (+{more} more)" if more > 0 else ""
     return head, r["text"].strip()
 
 
 def _truncate(text, room):
-    """Cut at a line end within `room` chars, closing an open code fence."""
-    cut = text[:max(room, 0)].rsplit("\n", 1)[0] if len(text) > room else text
+    """Cut at a line end within `room` chars, closing an open code fence.
+
+    When that would keep under half the room (one long line, such as a signature), the line
+    itself is cut after its last comma that fits, so a long signature still shows its start.
+    """
+    if len(text) <= room:
+        return text
+    room = max(room, 0)
+    cut = text[:room].rsplit("\n", 1)[0]
+    if len(cut) < room // 2:
+        line_cut = text[:room - 8]
+        comma = line_cut.rfind(", ")
+        cut = (line_cut[:comma + 1] if comma > room // 2 else line_cut) + " ..."
     if cut.count("```") % 2:
         cut += "\n```"
     return cut
+
+
+def _paragraphs(text):
+    """Blank-line separated blocks; a fenced code block is never split."""
+    out, cur, fenced = [], [], False
+    for line in text.split("\n"):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        if not line.strip() and not fenced:
+            if cur:
+                out.append("\n".join(cur))
+                cur = []
+            continue
+        cur.append(line)
+    if cur:
+        out.append("\n".join(cur))
+    return out
+
+
+def excerpt(text, terms, room):
+    """At most `room` chars of `text`: its first block, then the blocks that share the most
+    query terms, in their original order, with `[...]` where blocks were left out."""
+    if len(text) <= room:
+        return text
+    from .tokenize import tokenize
+
+    paras = _paragraphs(text)
+    keep = {0}
+    used = len(paras[0])
+    if used > room:
+        return _truncate(paras[0], room - 20) + "\n[...]"
+    scored = sorted(range(1, len(paras)), key=lambda i: (-len(terms.intersection(tokenize(paras[i]))), i))
+    for i in scored:
+        cost = len(paras[i]) + len(GAP)
+        if used + cost <= room:
+            keep.add(i)
+            used += cost
+        elif room - used > 300 and not paras[i].lstrip().startswith("```"):
+            # A table or list too long to fit whole: its first rows still help. Code is never
+            # cut, since half a snippet is worse than none.
+            paras[i] = _truncate(paras[i], room - used - len(GAP) - 8) + "\n[...]"
+            keep.add(i)
+            used += len(paras[i]) + len(GAP)
+    parts, prev = [], -1
+    for i in sorted(keep):
+        if parts:
+            parts.append(GAP if i != prev + 1 else "\n\n")
+        parts.append(paras[i])
+        prev = i
+    if prev != len(paras) - 1:
+        parts.append("\n\n[...]")
+    return "".join(parts)
+
+
+def _text_caps(lengths, budget):
+    """Per-hit text allowance: water-filling over `budget`, the first hit guaranteed more."""
+    caps = [0] * len(lengths)
+    if not lengths:
+        return caps
+    caps[0] = min(lengths[0], max(FIRST_HIT_CHARS, budget // len(lengths)))
+    rest = sorted(range(1, len(lengths)), key=lambda i: lengths[i])
+    left = budget - caps[0]
+    for n, i in enumerate(rest):
+        share = left // (len(rest) - n)
+        caps[i] = min(lengths[i], share)
+        left -= caps[i]
+    return caps
 
 
 def _cut_note(left, max_chars):
@@ -127,30 +216,69 @@ def _cut_note(left, max_chars):
 
 
 def render_markdown(query, results, max_chars, page):
-    """The hits as markdown, at most `max_chars` long; the first hit is always shown (cut to fit)."""
+    """The hits as markdown, at most `max_chars` long.
+
+    Every hit gets a share of the budget: a hit longer than its share shows its first block and
+    the blocks that match the query best. The first hit is always shown (cut to fit); hits that
+    would get too little text to answer anything are dropped with a note.
+    """
     if not results:
-        return f"No results for {query!r}" + (f" on page {page}" if page > 1 else "") + ".\n"
-    out, used = [], 0
-    for n, r in enumerate(results):
-        head, text = _block(r)
-        block = f"{head}\n\n{text}\n\n"
-        left = len(results) - n
-        note = _cut_note(left, max_chars)
-        if used + len(block) <= max_chars - (len(note) if n + 1 < len(results) else 0):
-            out.append(block)
-            used += len(block)
-            continue
-        marker = "\n\n[... truncated by --max-chars]\n"
-        room = max_chars - used - len(head) - len(marker) - len(note) - 4
-        if n == 0:
-            room = max(room, 300)  # a heading without its text answers nothing
-        if n == 0 or room > 200:
-            out.append(f"{head}\n\n{_truncate(text, room)}{marker}")
-            left -= 1
-        if left:
-            out.append(_cut_note(left, max_chars))
-        break
-    return "".join(out)
+        return _bounded(f"No results for {query!r}" + (f" on page {page}" if page > 1 else "") + ".\n", max_chars)
+    from .search import condense_query
+    from .tokenize import tokenize
+
+    terms = set(tokenize(condense_query(query)))
+    blocks = [_block(r) for r in results]
+    shown = len(blocks)
+    while True:
+        note = len(_cut_note(len(blocks) - shown, max_chars)) if shown < len(blocks) else 0
+        heads = sum(len(h) + 4 for h, _ in blocks[:shown])
+        budget = max_chars - heads - note - 1
+        caps = _text_caps([len(t) for _, t in blocks[:shown]], budget)
+        if shown == 1 or min(caps[1:], default=MIN_HIT_CHARS) >= min(MIN_HIT_CHARS, *(len(t) for _, t in blocks[1:shown])):
+            break
+        shown -= 1
+    texts = [excerpt(t, terms, max(c, 0)) for (_, t), c in zip(blocks[:shown], caps)]
+    for _ in range(3):
+        # Excerpts keep whole blocks, so they often come in under their allowance: give the
+        # slack to the hits that were cut.
+        slack = budget - sum(len(t) for t in texts)
+        cut = [i for i, ((_, t), x) in enumerate(zip(blocks[:shown], texts)) if len(x) < len(t)]
+        if slack < 100 or not cut:
+            break
+        for i in cut:
+            caps[i] += slack // len(cut)
+            texts[i] = excerpt(blocks[i][1], terms, caps[i])
+        while sum(len(t) for t in texts) > budget:
+            i = max(cut, key=lambda j: len(texts[j]))
+            caps[i] -= 100
+            texts[i] = excerpt(blocks[i][1], terms, caps[i])
+    out = []
+    for (head, full), text in zip(blocks[:shown], texts):
+        out.append(f"{head}\n\n{text}\n\n")
+    tail = _cut_note(len(blocks) - shown, max_chars) if shown < len(blocks) else ""
+    body = "".join(out)
+    if len(body) + len(tail) > max_chars:
+        # Only a tiny --max-chars gets here: cut the one hit, keep the note saying so.
+        marker = "\n[... truncated by --max-chars]\n"
+        body = _truncate(body, max_chars - len(tail) - len(marker)) + marker
+    return _bounded(body + tail, max_chars)
+
+
+def _bounded(text, max_chars):
+    """--max-chars is a hard bound on what is printed."""
+    if len(text) <= max_chars:
+        return text
+    return _truncate(text, max_chars - 5).rstrip("\n")[: max_chars - 1] + "\n"
+
+
+def default_output(index, query, source=None):
+    """Exactly what `search.py QUERY` prints with the default options (used by eval --answers)."""
+    from .search import MAX_QUERY_CHARS, search
+
+    query = query[:MAX_QUERY_CHARS]
+    results = search(index, query, k=DEFAULTS["k"], page=1, source=source)
+    return render_markdown(query, results, DEFAULTS["max_chars"], 1)
 
 
 def run(argv, prog="search"):
@@ -163,16 +291,18 @@ def run(argv, prog="search"):
     except UsageError as exc:
         print(f"{prog}: error: {exc} (see --help)", file=sys.stderr)
         return 2
-    from .search import MAX_QUERY_CHARS, SearchError, open_fresh, search
+    from .search import MAX_QUERY_CHARS, SearchError, condense_query, open_fresh, search
 
     # Undecodable bytes in argv arrive as lone surrogates, which cannot be encoded again.
     query = opts["query"].encode("utf-8", "replace").decode("utf-8").strip()
     if not query:
         print(f"{prog}: error: empty query; pass the question to search for", file=sys.stderr)
         return 2
-    if len(query) > MAX_QUERY_CHARS:
+    # A pasted traceback shrinks to its error lines; anything else too long keeps its head.
+    condensed = condense_query(query)
+    if len(query) > MAX_QUERY_CHARS and query.startswith(condensed):
         print(f"{prog}: note: query truncated from {len(query)} to {MAX_QUERY_CHARS} characters", file=sys.stderr)
-        query = query[:MAX_QUERY_CHARS]
+    query = condensed
 
     try:
         index = open_fresh()

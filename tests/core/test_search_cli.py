@@ -217,6 +217,7 @@ def test_small_max_chars_still_shows_the_first_hit(built_data, run_search):
     out = run_search(["fully_shard reshard_after_forward", "--k", "3", "--max-chars", "300"], built_data)
     assert out.stdout.startswith("## 1. ") and "Source: " in out.stdout
     assert "truncated by --max-chars" in out.stdout and "2 more results cut" in out.stdout
+    assert len(out.stdout) <= 300
 
 
 def test_scraped_pages_of_another_release_do_not_replace_the_api_pages(data_copy, run_search):

@@ -5,6 +5,7 @@ chunk links to the real, versioned page and anchor of the installed torch.
 """
 
 import inspect
+import re
 import os
 import sys
 from pathlib import Path
@@ -47,8 +48,75 @@ def _pybind_split(name, doc):
     return None, doc
 
 
+# `torch.distributed.distributed_c10d.ProcessGroup` -> `ProcessGroup`: a module path before a
+# class name costs characters in every search hit and tells the reader nothing the page does not.
+_QUALIFIED_TYPE = re.compile(r"\b(?:[a-z_][a-z0-9_]*\.)+(_?[A-Z][A-Za-z0-9_]*)")
+LONG_ANNOTATION = 64
+_ENUM_REPR = re.compile(r"<([A-Za-z_][\w.]*): [^<>]*>")
+
+
+def compact_signature(sig):
+    """Short type names and plain enum defaults in the parameters; the API's own name stays whole."""
+    head, paren, params = sig.partition("(")
+    if not paren:
+        return sig
+    params = _QUALIFIED_TYPE.sub(r"\1", _ENUM_REPR.sub(r"\1", params))
+    close = _matching_paren(params)
+    ret = params[close + 1:]
+    if ret.startswith(" -> "):
+        ret = " -> " + _short_annotation(ret[4:])
+    return head + paren + ", ".join(_short_param(p) for p in _split_top(params[:close])) + ")" + ret
+
+
+def _short_annotation(ann):
+    # Expanded type aliases (the state-dict value types) run to hundreds of characters.
+    return ann if len(ann) <= LONG_ANNOTATION else ann.split("[", 1)[0] + "[...]"
+
+
+def _short_param(param):
+    name, colon, rest = param.partition(": ")
+    if not colon:
+        return param
+    ann, eq, default = rest.partition(" = ")
+    return f"{name}: {_short_annotation(ann)}" + (f" = {default}" if eq else "")
+
+
+def _split_top(params):
+    """Split a parameter list at its top-level commas."""
+    out, depth, start = [], 0, 0
+    for i, c in enumerate(params):
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif c == "," and depth == 0:
+            out.append(params[start:i].strip())
+            start = i + 1
+    if params[start:].strip():
+        out.append(params[start:].strip())
+    return out
+
+
+def _matching_paren(params):
+    """Index of the `)` closing the parameter list (params starts just after the `(`)."""
+    depth = 0
+    for i, c in enumerate(params):
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            if depth == 0:
+                return i
+            depth -= 1
+    return len(params)
+
+
 def signature(name, obj, doc):
     """The API's signature line (with its qualified name), and the doc text without it."""
+    sig, rest = _signature(name, obj, doc)
+    return (compact_signature(sig) if sig else sig), rest
+
+
+def _signature(name, obj, doc):
     kind = "class " if inspect.isclass(obj) else ""
     if isinstance(obj, property) or (not callable(obj) and not inspect.ismodule(obj)):
         return f"property {name}" if isinstance(obj, property) else name, doc

@@ -1,0 +1,166 @@
+"""The error catalog stays exact: every message it quotes is what the installed torch prints.
+
+Each entry marked `repro: cpu` has a reproduction in `repro_<area>.py`; all of them run here on
+gloo at the world size they need, and the entry's message must match what torch raised. The
+traceback each reproduction produced is then pasted into the search as a user would, and the
+entry must come first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+import catalog
+import errors_harness
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+ENTRIES = catalog.load()
+BY_ID = {e.id: e for e in ENTRIES}
+REPROS = errors_harness.load_all(str(HERE))
+LAUNCH_TIMEOUT_S = 240
+MIN_ENTRIES = 80
+
+
+def test_catalog_size_and_ids():
+    ids = [e.id for e in ENTRIES]
+    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    assert not dupes, f"duplicate ids: {dupes}"
+    assert len(ENTRIES) >= MIN_ENTRIES, f"{len(ENTRIES)} entries, want at least {MIN_ENTRIES}"
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.id)
+def test_entry_is_complete(entry):
+    assert entry.repro in ("cpu", "cuda", "none"), f"{entry.where}: repro must be cpu, cuda or none"
+    if entry.repro == "none":
+        assert entry.why, f"{entry.where}: `repro: none` needs the reason after a colon"
+    assert entry.message.strip(), f"{entry.where}: no ```text block with the message"
+    assert entry.objects, f"{entry.where}: no objects comment"
+    for part in ("**Cause", "**Fix"):
+        assert part in entry.body, f"{entry.where}: lacks a {part}...** paragraph"
+    assert re.search(r"^Sources?: .*https?://", entry.body, re.M), f"{entry.where}: no `Source: URL` line"
+
+
+def test_every_cpu_entry_has_a_repro_and_back():
+    cpu = {e.id for e in ENTRIES if e.repro == "cpu"}
+    cuda = {e.id for e in ENTRIES if e.repro == "cuda"}
+    missing = sorted(cpu - REPROS.keys())
+    orphans = sorted(REPROS.keys() - cpu - cuda)
+    assert not missing, f"entries marked `repro: cpu` without a repro: {missing}"
+    assert not orphans, f"repros for no cpu/cuda entry: {orphans}"
+    wrong = sorted(i for i in cuda & REPROS.keys() if REPROS[i].device != "cuda")
+    assert not wrong, f"cuda entries whose repro is not device='cuda': {wrong}"
+
+
+def _env() -> dict:
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", PYTHONWARNINGS="ignore")
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCH_DISTRIBUTED_DEBUG"):
+        env.pop(k, None)
+    return env
+
+
+def run_group(module: str, world: int, device: str, out: Path) -> dict:
+    """Run one module's repros of one world size; {id: [per-rank result]}."""
+    harness = str(HERE / "errors_harness.py")
+    args = [module, str(out), "--world", str(world), "--device", device]
+    if world == 1:
+        cmd = [sys.executable, harness, *args]
+    else:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               f"--nproc-per-node={world}", harness, *args]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=_env(), cwd=HERE, start_new_session=True)
+    try:
+        _, err = proc.communicate(timeout=LAUNCH_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        _, err = proc.communicate()
+    merged: dict[str, list[dict]] = defaultdict(list)
+    for rank in range(world):
+        f = out / f"rank{rank}.json"
+        if f.exists():
+            for k, v in json.loads(f.read_text()).items():
+                merged[k].append(v)
+    if not merged:
+        merged["__launch__"].append({"text": f"exit {proc.returncode}: {err[-2000:]}", "traceback": ""})
+    return merged
+
+
+def run_all(device: str = "cpu") -> dict:
+    groups = sorted({(r.module, r.world) for r in REPROS.values() if r.device == device})
+    results: dict[str, list[dict]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for n, (module, world) in enumerate(groups):
+            results.update(run_group(module, world, device, Path(tmp) / str(n)))
+    return results
+
+
+@pytest.fixture(scope="module")
+def printed():
+    return run_all("cpu")
+
+
+CPU_ENTRIES = [e for e in ENTRIES if e.repro == "cpu"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("entry", CPU_ENTRIES, ids=lambda e: e.id)
+def test_message_matches_torch(entry, printed):
+    got = printed.get(entry.id)
+    assert got, f"{entry.where}: the repro produced no result ({printed.get('__launch__')})"
+    texts = [r["text"] for r in got]
+    assert any(catalog.matches(entry.message, t) for t in texts), (
+        f"{entry.where}: torch {__import__('torch').__version__} printed\n"
+        + "\n---\n".join(t[:1500] for t in texts) + f"\nbut the catalog says\n{entry.message}")
+
+
+def test_matcher_rejects_a_changed_message():
+    # The check above must be able to fail: a reworded message no longer matches.
+    msg = "RuntimeError: Expected to have finished reduction in the prior iteration <...> new one."
+    printed = "RuntimeError: Expected to have finished reduction in the prior iteration before starting a new one."
+    assert catalog.matches(msg, printed)
+    assert not catalog.matches(msg.replace("finished", "completed"), printed)
+    assert not catalog.matches("", printed)
+
+
+@pytest.fixture(scope="module")
+def index(built_data):
+    os.environ["FSDP_SKILL_DATA_DIR"] = str(built_data)
+    from fsdp_skill.search import open_fresh
+
+    idx = open_fresh(ROOT)
+    yield idx
+    idx.close()
+
+
+def _rank_of(index, entry, query: str) -> int | None:
+    from fsdp_skill.search import search
+
+    for r in search(index, query, k=10):
+        if r["path"].endswith(str(entry.path.relative_to(ROOT))) and r["title"] == entry.heading:
+            return r["rank"]
+    return None
+
+
+@pytest.mark.slow
+def test_pasted_tracebacks_find_their_entry(printed, index):
+    """Each reproduced traceback, pasted whole, finds its catalog entry first."""
+    ranks = {}
+    for entry in CPU_ENTRIES:
+        got = [r for r in printed.get(entry.id, []) if catalog.matches(entry.message, r["text"])]
+        if got:
+            ranks[entry.id] = _rank_of(index, entry, got[0]["traceback"] or got[0]["text"])
+    first = [i for i, r in ranks.items() if r == 1]
+    misses = {i: r for i, r in ranks.items() if r != 1}
+    assert ranks and len(first) / len(ranks) >= 0.9, f"top-1 for {len(first)}/{len(ranks)}; others: {misses}"
+    assert all(r is not None and r <= 3 for r in ranks.values()), f"not in the top 3: {misses}"
