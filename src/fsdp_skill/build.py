@@ -13,6 +13,7 @@ import sys
 import tempfile
 import time
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 from . import paths
@@ -196,13 +197,12 @@ def ensure_index(root=None, progress=_say, force=False):
         os.makedirs(data, exist_ok=True)
     except OSError as exc:
         raise BuildError(f"cannot create {data} ({exc.strerror}); set FSDP_SKILL_DATA_DIR to a writable folder") from None
-    from filelock import FileLock
-
-    with FileLock(os.path.join(data, ".build.lock")):
+    with _build_lock(os.path.join(data, ".build.lock"), progress):
         # Another process may have built it while we waited for the lock.
         reason = "forced" if force else stale_reason(index_file, dirs, torch_version)
         if reason is None:
             return index_file
+        _remove_leftovers(data)
         progress(f"building the search index ({reason})")
         api_dir = dirs["docstring"]
         api_version = _api_pages_version(api_dir)
@@ -214,6 +214,49 @@ def ensure_index(root=None, progress=_say, force=False):
         progress(f"indexed {manifest['chunks']} chunks ({manifest['terms']} terms) in {manifest['seconds']} s")
     compile_query_path()
     return index_file
+
+
+# A build takes seconds; a lock held this long means a stuck or stopped process.
+def _lock_timeout():
+    try:
+        return max(float(os.environ.get("FSDP_SKILL_LOCK_TIMEOUT_S", "300")), 0.0)
+    except ValueError:
+        return 300.0
+
+
+@contextmanager
+def _build_lock(path, progress):
+    """Hold the build lock, saying so when another build holds it, and never wait without end."""
+    from filelock import FileLock, Timeout
+
+    limit = _lock_timeout()
+    lock = FileLock(path)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        progress(f"waiting for another build of the index to finish (lock {path}, up to {limit:g} s)")
+        try:
+            lock.acquire(timeout=limit)
+        except Timeout:
+            raise BuildError(f"another process has held {path} for over {limit:g} s; "
+                             "stop it (or, if none is running, retry)") from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _remove_leftovers(data):
+    """Delete temp folders and files a killed build left behind; called under the build lock,
+    when no other build can be using them."""
+    for folder in (Path(data), Path(data) / "index"):
+        if not folder.is_dir():
+            continue
+        for p in folder.iterdir():
+            if p.name.startswith((".api-new-", ".api-old-")) and p.is_dir():
+                shutil.rmtree(p, ignore_errors=True)
+            elif p.name.startswith(f"{paths.INDEX_FILE}.tmp-") and p.is_file():
+                p.unlink(missing_ok=True)
 
 
 def compile_query_path():

@@ -154,6 +154,16 @@ def _join(blocks):
     return out
 
 
+def _page_path(meta, path):
+    """Where the page lives in the skill: the guide's own file (guides nest, e.g. errors/), or
+    references/<source dir>/<page>.md for generated pages, wherever the data dir is."""
+    text = str(path).replace("\\", "/")
+    at = text.rfind("references/guides/")
+    if meta["source"] == "guide" and at >= 0:
+        return text[at:]
+    return f"references/{SOURCE_DIRS.get(meta['source'], meta['source'])}/{meta['page']}.md"
+
+
 def chunk_markdown(meta, body, path, max_chars=MAX_CHARS):
     """Chunks of one page given its front matter and body."""
     chunks = []
@@ -183,7 +193,7 @@ def chunk_markdown(meta, body, path, max_chars=MAX_CHARS):
                 objects=list(sec.objects),
                 source=meta["source"],
                 torch_version=meta["torch_version"],
-                path=f"references/{SOURCE_DIRS.get(meta['source'], meta['source'])}/{meta['page']}.md",
+                path=_page_path(meta, path),
                 text=text,
                 page=meta["page"],
                 signature=signature,

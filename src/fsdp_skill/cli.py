@@ -36,12 +36,23 @@ def _build(argv):
     except BuildError as exc:
         print(f"fsdp-skill build: error: {exc}", file=sys.stderr)
         return 1
+    except OSError as exc:
+        print(f"fsdp-skill build: error: {exc.strerror or exc}: {exc.filename or ''} "
+              "(set FSDP_SKILL_DATA_DIR to a writable folder)", file=sys.stderr)
+        return 1
     print(path)
     return 0
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
+    try:
+        return _dispatch(sys.argv[1:] if argv is None else argv)
+    except KeyboardInterrupt:
+        print("fsdp-skill: interrupted", file=sys.stderr)
+        return 130
+
+
+def _dispatch(argv):
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
         return 0 if argv else 2

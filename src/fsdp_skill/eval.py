@@ -35,11 +35,29 @@ class QuestionFileError(ValueError):
     pass
 
 
+MAX_FILE_BYTES = 8 * 1024 * 1024
+
+
+def _read_text(path):
+    """The file's text; a FIFO, a device or an oversized file is refused before reading."""
+    import os
+    import stat
+
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise QuestionFileError(f"{path} is not a regular file")
+    if st.st_size > MAX_FILE_BYTES:
+        raise QuestionFileError(f"{path} is larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB")
+    return Path(path).read_text(encoding="utf-8")
+
+
 def load_questions(path):
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        data = yaml.safe_load(_read_text(path))
     except OSError as exc:
         raise QuestionFileError(f"cannot read {path}: {exc.strerror}") from None
+    except RecursionError:
+        raise QuestionFileError(f"{path} nests too deeply") from None
     except UnicodeDecodeError:
         raise QuestionFileError(f"{path} is not UTF-8 text") from None
     except yaml.YAMLError:
@@ -54,6 +72,12 @@ def load_questions(path):
         if isinstance(q["relevant"], str):
             q["relevant"] = [q["relevant"]]
         q.setdefault("topic", "other")
+        where = f"{path}: question {n + 1}"
+        for name in ("id", "question", "topic"):
+            if not isinstance(q[name], str):
+                raise QuestionFileError(f"{where}: {name} must be a string")
+        if not (isinstance(q["relevant"], list) and all(isinstance(r, str) and r.strip() for r in q["relevant"])):
+            raise QuestionFileError(f"{where}: relevant must be a list of API names (strings)")
         _check_answer_fields(path, q)
     return qs
 

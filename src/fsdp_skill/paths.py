@@ -60,11 +60,30 @@ def data_dir(root=None):
     if env:
         return os.path.abspath(env)
     refs = references_dir(root)
-    if _writable(refs) or os.path.isfile(os.path.join(refs, "index", INDEX_FILE)):
-        # A read-only install that ships its index serves it (while it is fresh).
+    if _writable(refs) or (os.path.isfile(os.path.join(refs, "index", INDEX_FILE))
+                           and os.path.abspath(root or skill_root()) not in _SHIPPED_STALE):
+        # A read-only install that ships its index serves it while it is fresh.
         return refs
+    return cache_data_dir(root)
+
+
+# Read-only skill folders whose shipped index was found stale in this process: their data
+# moves to the user cache (see use_cache_for).
+_SHIPPED_STALE = set()
+
+
+def cache_data_dir(root=None):
     key = "".join(c if c.isalnum() else "_" for c in os.path.abspath(root or skill_root()))
     return os.path.join(user_cache_dir(), key.strip("_")[-120:])
+
+
+def use_cache_for(root=None):
+    """Serve this read-only skill from the user cache from now on; False when it is writable
+    (or FSDP_SKILL_DATA_DIR is set), so nothing changes."""
+    if os.environ.get("FSDP_SKILL_DATA_DIR") or _writable(references_dir(root)):
+        return False
+    _SHIPPED_STALE.add(os.path.abspath(root or skill_root()))
+    return True
 
 
 def index_path(root=None):

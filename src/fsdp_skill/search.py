@@ -4,6 +4,8 @@ Runs once per agent question in a fresh process, so it imports nothing heavy: no
 sqlite, json or re (each costs milliseconds against a ~10 ms interpreter start).
 """
 
+import os
+
 from . import paths
 from .expand import expand
 from .index.store import Index, IndexError_
@@ -17,28 +19,69 @@ class SearchError(Exception):
     """A search that cannot be answered; the message is for the user."""
 
 
-def open_fresh(root=None):
-    """Open the skill's index, (re)building it first when it is missing or stale."""
+def open_fresh(root=None, force=False):
+    """Open the skill's index, (re)building it first when it is missing, stale or `force`d.
+
+    A read-only skill whose shipped index is stale (torch was upgraded) is rebuilt in the user
+    cache instead, as the README promises.
+    """
     from .freshness import open_if_fresh
 
     index_file = paths.index_path(root)
-    index, _ = open_if_fresh(index_file, paths.page_dirs(root), paths.installed_torch_version())
-    if index is not None:
-        return index
+    if not force:
+        index, _ = open_if_fresh(index_file, paths.page_dirs(root), paths.installed_torch_version())
+        if index is not None:
+            return index
+    if os.path.exists(index_file) and paths.use_cache_for(root):
+        index, _ = open_if_fresh(paths.index_path(root), paths.page_dirs(root), paths.installed_torch_version())
+        if index is not None and not force:
+            return index
+        if index is not None:
+            index.close()
     try:
         # Imported here: the build's dependencies may be missing where an index is only served.
         from .build import BuildError, ensure_index
 
-        index_file = ensure_index(root)
+        index_file = ensure_index(root, force=force)
     except ImportError as exc:  # listed first: BuildError is unbound when the import failed
         raise SearchError(f"building the index needs {exc.name}: pip install the skill's "
                           "dependencies (pip install -e . in the skill folder)") from None
     except BuildError as exc:
         raise SearchError(str(exc)) from None
+    except OSError as exc:
+        raise SearchError(f"cannot build the index: {exc.strerror or exc}: {exc.filename or ''} "
+                          "(set FSDP_SKILL_DATA_DIR to a writable folder)") from None
     try:
         return Index(index_file)
     except IndexError_ as exc:
         raise SearchError(str(exc)) from None
+
+
+def run_query(query, root=None, **options):
+    """(results, torch version) for one query: open, search, close.
+
+    A corruption found only while reading (a section's checksum fails) rebuilds the index once
+    and asks again; the second failure is reported, never a wrong answer.
+    """
+    for attempt in (0, 1):
+        index = open_fresh(root)
+        try:
+            return search(index, query, **options), index.header.get("torch_version", "")
+        except IndexError_ as exc:
+            if attempt:
+                raise SearchError(f"{exc}; rebuild it with: fsdp-skill build --force") from None
+            _discard(index.path, root)
+        finally:
+            index.close()
+    raise AssertionError("unreachable")
+
+
+def _discard(index_file, root):
+    """Remove a corrupt index so the next open rebuilds it (in the user cache if read-only)."""
+    try:
+        os.unlink(index_file)
+    except OSError:
+        paths.use_cache_for(root)
 
 
 def condense_query(query, limit=MAX_QUERY_CHARS):

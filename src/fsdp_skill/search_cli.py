@@ -96,6 +96,8 @@ def to_json(value):
         return "false"
     if value is None:
         return "null"
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return "null"  # NaN and infinities are not JSON
     if isinstance(value, (int, float)):
         return repr(value)
     if isinstance(value, (list, tuple)):
@@ -291,7 +293,7 @@ def run(argv, prog="search"):
     except UsageError as exc:
         print(f"{prog}: error: {exc} (see --help)", file=sys.stderr)
         return 2
-    from .search import MAX_QUERY_CHARS, SearchError, condense_query, open_fresh, search
+    from .search import MAX_QUERY_CHARS, SearchError, condense_query, run_query
 
     # Undecodable bytes in argv arrive as lone surrogates, which cannot be encoded again.
     query = opts["query"].encode("utf-8", "replace").decode("utf-8").strip()
@@ -305,12 +307,7 @@ def run(argv, prog="search"):
     query = condensed
 
     try:
-        index = open_fresh()
-        try:
-            results = search(index, query, k=opts["k"], page=opts["page"], source=opts["source"])
-            version = index.header.get("torch_version", "")
-        finally:
-            index.close()
+        results, version = run_query(query, k=opts["k"], page=opts["page"], source=opts["source"])
     except SearchError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 1
@@ -322,11 +319,43 @@ def run(argv, prog="search"):
             {"rank": r["rank"], "score": r["score"], **{f: r[f] for f in
              ("id", "title", "breadcrumbs", "url", "objects", "source", "path", "text")}}
             for r in results]}
-        sys.stdout.write(to_json(payload) + "\n")
-    else:
-        sys.stdout.write(render_markdown(query, results, opts["max_chars"], opts["page"]))
+        return emit(to_json(payload) + "\n", prog)
+    return emit(render_markdown(query, results, opts["max_chars"], opts["page"]), prog)
+
+
+def emit(text, prog):
+    """Write the answer as well-behaved Unix tools do: a closed pipe (`| head`) ends quietly,
+    a failing stdout gives one line, and a non-UTF-8 terminal gets replacement characters."""
+    out = sys.stdout
+    if out is None:
+        print(f"{prog}: error: no standard output to write to", file=sys.stderr)
+        return 1
+    try:
+        data = text.encode(out.encoding or "utf-8", "replace")
+        buf = getattr(out, "buffer", None)
+        if buf is not None:
+            out.flush()
+            buf.write(data)
+            buf.flush()
+        else:
+            out.write(data.decode(out.encoding or "utf-8"))
+            out.flush()
+    except BrokenPipeError:
+        # Python would report the pipe again when it flushes stdout at exit.
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())
+        return 0
+    except (OSError, ValueError) as exc:
+        why = getattr(exc, "strerror", None) or str(exc)
+        print(f"{prog}: error: cannot write the results: {why}", file=sys.stderr)
+        return 1
     return 0
 
 
 def main():
-    return run(sys.argv[1:], prog="search.py")
+    try:
+        return run(sys.argv[1:], prog="search.py")
+    except KeyboardInterrupt:
+        print("search.py: interrupted", file=sys.stderr)
+        return 130

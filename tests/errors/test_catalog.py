@@ -147,7 +147,7 @@ def _rank_of(index, entry, query: str) -> int | None:
     from fsdp_skill.search import search
 
     for r in search(index, query, k=10):
-        if r["path"].endswith(str(entry.path.relative_to(ROOT))) and r["title"] == entry.heading:
+        if r["url"].split("#")[0].endswith(str(entry.path.relative_to(ROOT))) and r["title"] == entry.heading:
             return r["rank"]
     return None
 

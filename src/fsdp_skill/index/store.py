@@ -10,17 +10,27 @@ Layout of `index.bin` (all integers native-endian; the header records the byte o
     docs      one record per chunk, fields joined by \\x1f, list items by \\x1e
     docoffs   uint64 offsets of each record in docs, plus the end
     priors    float64 per document: a query-independent factor on its score
+    doccrc    uint32 CRC-32 of each docs record
     stamp     the references fingerprint the index was built from
+
+Integrity: the header holds the CRC-32 of every section read whole (vocab, docoffs, priors,
+doccrc, stamp); each vocab line carries the CRC-32 of its postings and doccrc that of each
+record. Every read is checked, so a flipped byte anywhere is an IndexError_ (and a rebuild),
+never a wrong answer, at the cost of checksumming only the bytes a query reads.
 
 A query reads the header and vocab, a few postings and the records of the top hits: a few
 hundred microseconds, where loading rank-bm25 (numpy) would take ~100 ms.
 """
 
 import os
+import stat
 import sys
+from zlib import crc32
 
 MAGIC = b"FSDPIDX1\n"
-FORMAT = "2"
+FORMAT = "3"
+WHOLE_SECTIONS = ("vocab", "docoffs", "priors", "doccrc", "stamp")
+SECTIONS = ("vocab", "postings", "docs", "docoffs", "priors", "doccrc", "stamp")
 FIELDS = ("id", "title", "breadcrumbs", "url", "objects", "source", "torch_version", "path", "page", "flags", "text")
 LIST_FIELDS = ("breadcrumbs", "objects")
 US, RS = "\x1f", "\x1e"
@@ -46,7 +56,10 @@ def encode_record(doc):
 
 
 def decode_record(raw):
-    values = raw.decode("utf-8").split(US)
+    try:
+        values = raw.decode("utf-8").split(US)
+    except UnicodeDecodeError:
+        raise IndexError_("index record is not UTF-8 (corrupt index)") from None
     if len(values) != len(FIELDS):
         raise IndexError_("index record has the wrong number of fields")
     doc = dict(zip(FIELDS, values))
@@ -67,21 +80,27 @@ def write_index(path, header, postings, docs, stamp, priors=None):
     for term in sorted(postings):
         default, items = postings[term]
         start = len(post)
-        post += array("I", [d for d, _ in items]).tobytes()
-        post += array("d", [w for _, w in items]).tobytes()
-        vocab.append(f"{term}\t{default!r}\t{start}\t{len(items)}\n".encode("utf-8"))
+        chunk = array("I", [d for d, _ in items]).tobytes() + array("d", [w for _, w in items]).tobytes()
+        post += chunk
+        vocab.append(f"{term}\t{default!r}\t{start}\t{len(items)}\t{crc32(chunk)}\n".encode("utf-8"))
     vocab = b"".join(vocab)
-    records, offsets = bytearray(), [0]
+    records, offsets, crcs = bytearray(), [0], []
     for doc in docs:
-        records += encode_record(doc)
+        rec = encode_record(doc)
+        records += rec
         offsets.append(len(records))
+        crcs.append(crc32(rec))
     docoffs = array("Q", offsets).tobytes()
+    doccrc = array("I", crcs).tobytes()
     priors = array("d", priors if priors is not None else [1.0] * len(docs)).tobytes()
     stamp = stamp.encode("utf-8")
 
     head = dict(header, format=FORMAT, byteorder=sys.byteorder, n_docs=str(len(docs)))
-    sizes = [("vocab", len(vocab)), ("postings", len(post)), ("docs", len(records)),
-             ("docoffs", len(docoffs)), ("priors", len(priors)), ("stamp", len(stamp))]
+    body = {"vocab": vocab, "postings": bytes(post), "docs": bytes(records), "docoffs": docoffs,
+            "priors": priors, "doccrc": doccrc, "stamp": stamp}
+    sizes = [(name, len(body[name])) for name in SECTIONS]
+    for name in WHOLE_SECTIONS:
+        head[f"{name}_crc"] = str(crc32(body[name]))
     # Offsets depend on the header's own length: fix them with a padded width.
     keys = [f"{name}_off" for name, _ in sizes] + [f"{name}_len" for name, _ in sizes]
     for k in keys:
@@ -91,7 +110,7 @@ def write_index(path, header, postings, docs, stamp, priors=None):
     for name, size in sizes:
         head[f"{name}_off"], head[f"{name}_len"] = f"{pos:012d}", f"{size:012d}"
         pos += size
-    blob = MAGIC + _header_bytes(head) + vocab + bytes(post) + bytes(records) + docoffs + priors + stamp
+    blob = MAGIC + _header_bytes(head) + b"".join(body[name] for name in SECTIONS)
     tmp = f"{path}.tmp-{os.getpid()}"
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     try:
@@ -119,35 +138,48 @@ class Index:
     def __init__(self, path):
         self.path = path
         try:
+            # A FIFO or device in its place would block open() or read without end.
+            if not stat.S_ISREG(os.stat(path).st_mode):
+                raise IndexError_(f"{path} is not a regular file")
             self._f = open(path, "rb")
         except OSError as exc:
             raise IndexError_(f"cannot open index {path}: {exc.strerror}") from None
-        head = self._f.read(4096)
-        if not head.startswith(MAGIC):
-            self._f.close()
-            raise IndexError_(f"{path} is not an fsdp-skill index (bad magic)")
-        end = head.find(b"\n\n", len(MAGIC) - 1)
-        if end < 0:
-            self._f.close()
-            raise IndexError_(f"{path}: index header is truncated")
         try:
-            self.header = dict(line.split("=", 1) for line in head[len(MAGIC):end].decode("utf-8").splitlines())
-            self.n_docs = int(self.header["n_docs"])
-            self._sec = {name: (int(self.header[f"{name}_off"]), int(self.header[f"{name}_len"]))
-                         for name in ("vocab", "postings", "docs", "docoffs", "priors", "stamp")}
-        except (KeyError, ValueError, UnicodeDecodeError):
+            self._open_header()
+        except BaseException:
             self._f.close()
-            raise IndexError_(f"{path}: index header is corrupt") from None
-        if self.header.get("format") != FORMAT or self.header.get("byteorder") != sys.byteorder:
-            self._f.close()
-            raise IndexError_(f"{path}: index was written in another format or byte order")
-        off, size = self._sec["stamp"]
-        if os.fstat(self._f.fileno()).st_size != off + size:
-            self._f.close()
-            raise IndexError_(f"{path}: index file is truncated or has trailing bytes")
+            raise
         self._vocab = None
         self._docoffs = None
         self._priors = None
+        self._doccrc = None
+
+    def _open_header(self):
+        path = self.path
+        head = self._f.read(8192)
+        if not head.startswith(MAGIC):
+            raise IndexError_(f"{path} is not an fsdp-skill index (bad magic)")
+        end = head.find(b"\n\n", len(MAGIC) - 1)
+        if end < 0:
+            raise IndexError_(f"{path}: index header is truncated")
+        try:
+            self.header = dict(line.split("=", 1) for line in head[len(MAGIC):end].decode("utf-8").splitlines())
+            if self.header.get("format") != FORMAT or self.header.get("byteorder") != sys.byteorder:
+                raise IndexError_(f"{path}: index was written in another format or byte order")
+            self.n_docs = int(self.header["n_docs"])
+            self._sec = {name: (int(self.header[f"{name}_off"]), int(self.header[f"{name}_len"]))
+                         for name in SECTIONS}
+            self._crc = {name: int(self.header[f"{name}_crc"]) for name in WHOLE_SECTIONS}
+        except (KeyError, ValueError, UnicodeDecodeError):
+            raise IndexError_(f"{path}: index header is corrupt") from None
+        pos = len(MAGIC) + end - len(MAGIC) + 2
+        for name in SECTIONS:
+            off, size = self._sec[name]
+            if off != pos or size < 0:
+                raise IndexError_(f"{path}: index header is corrupt (section {name})")
+            pos += size
+        if self.n_docs < 0 or os.fstat(self._f.fileno()).st_size != pos:
+            raise IndexError_(f"{path}: index file is truncated or has trailing bytes")
 
     def close(self):
         self._f.close()
@@ -163,13 +195,22 @@ class Index:
             raise IndexError_(f"{self.path}: index file is truncated")
         return data
 
+    def _whole(self, section):
+        data = self._read(section)
+        if crc32(data) != self._crc[section]:
+            raise IndexError_(f"{self.path}: {section} section fails its checksum (corrupt index)")
+        return data
+
     def stamp(self):
-        return self._read("stamp").decode("utf-8")
+        try:
+            return self._whole("stamp").decode("utf-8")
+        except UnicodeDecodeError:
+            raise IndexError_(f"{self.path}: stamp is corrupt") from None
 
     def term(self, term):
         """(default, doc numbers, weights) for a term, or None when it is not indexed."""
         if self._vocab is None:
-            self._vocab = self._read("vocab")
+            self._vocab = self._whole("vocab")
             self._spans = {}
         key = b"\n" + term.encode("utf-8") + b"\t"
         # The vocabulary is sorted: look only among the terms with the same first byte.
@@ -191,29 +232,52 @@ class Index:
             return None
         line_end = self._vocab.find(b"\n", at + 1)
         try:
-            _, default, start, count = self._vocab[at + 1:line_end].decode("utf-8").split("\t")
-            default, start, count = float(default), int(start), int(count)
-        except ValueError:
+            _, default, start, count, crc = self._vocab[at + 1:line_end].decode("utf-8").split("\t")
+            default, start, count, crc = float(default), int(start), int(count), int(crc)
+        except ValueError:  # UnicodeDecodeError included
             raise IndexError_(f"{self.path}: vocabulary entry is corrupt") from None
+        if count < 0:
+            raise IndexError_(f"{self.path}: vocabulary entry is corrupt")
         raw = self._read("postings", start, count * 12)
+        if crc32(raw) != crc:
+            raise IndexError_(f"{self.path}: postings of {term!r} fail their checksum (corrupt index)")
         docs = memoryview(raw[:count * 4]).cast("I")
         weights = memoryview(raw[count * 4:]).cast("d")
         return default, docs, weights
 
     def doc(self, n):
         if self._docoffs is None:
-            self._docoffs = memoryview(self._read("docoffs")).cast("Q")
+            self._docoffs = memoryview(self._whole("docoffs")).cast("Q")
+            self._doccrc = memoryview(self._whole("doccrc")).cast("I")
+            if len(self._docoffs) != self.n_docs + 1 or len(self._doccrc) != self.n_docs:
+                raise IndexError_(f"{self.path}: document table is corrupt")
         if not 0 <= n < self.n_docs:
             raise IndexError_(f"{self.path}: document {n} out of range")
         start, end = self._docoffs[n], self._docoffs[n + 1]
-        return decode_record(self._read("docs", start, end - start))
+        raw = self._read("docs", start, end - start)
+        if crc32(raw) != self._doccrc[n]:
+            raise IndexError_(f"{self.path}: document {n} fails its checksum (corrupt index)")
+        try:
+            return decode_record(raw)
+        except IndexError_ as exc:
+            raise IndexError_(f"{self.path}: {exc}") from None
 
     def prior(self, n):
         if self._priors is None:
-            self._priors = memoryview(self._read("priors")).cast("d")
+            self._priors = memoryview(self._whole("priors")).cast("d")
             if len(self._priors) != self.n_docs:
                 raise IndexError_(f"{self.path}: priors section is corrupt")
         return self._priors[n]
+
+    def verify(self):
+        """Check every checksum of the file (a query checks only what it reads)."""
+        self.stamp()
+        self.prior(0) if self.n_docs else None
+        for line in self._whole("vocab").split(b"\n")[1:]:
+            if line:
+                self.term(line.split(b"\t", 1)[0].decode("utf-8", "replace"))
+        for n in range(self.n_docs):
+            self.doc(n)
 
     def scores(self, weighted_terms):
         """BM25 scores as (constant, {doc: extra}); a doc's score is constant + extra.
@@ -227,6 +291,8 @@ class Index:
             if entry is None:
                 continue
             default, docs, weights = entry
+            if len(docs) and max(docs) >= self.n_docs:
+                raise IndexError_(f"{self.path}: postings of {term!r} name unknown documents")
             constant += qw * default
             get = extra.get
             for d, w in zip(docs, weights):
