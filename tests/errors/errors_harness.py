@@ -79,6 +79,23 @@ def load_all(folder: str | None = None) -> dict[str, Repro]:
     return REPROS
 
 
+_GROUPS = [0]
+
+
+def fresh_store(timeout: datetime.timedelta):
+    """A store no earlier group has used: each new group gets its own key prefix.
+
+    Re-creating a group resets torch's group counter, so a second group on the same store
+    would read the first one's keys and connect to dead peers (random refusals, hangs).
+    """
+    import torch.distributed as dist
+
+    _GROUPS[0] += 1
+    base = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                         int(os.environ["WORLD_SIZE"]), is_master=False, timeout=timeout)
+    return dist.PrefixStore(f"group{_GROUPS[0]}", base)
+
+
 def _init_group(world: int) -> None:
     import torch.distributed as dist
 
@@ -86,7 +103,8 @@ def _init_group(world: int) -> None:
     if world == 1 and "TORCHELASTIC_RUN_ID" not in os.environ:
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
     else:
-        dist.init_process_group("gloo", timeout=timeout)
+        dist.init_process_group("gloo", store=fresh_store(timeout), rank=int(os.environ["RANK"]),
+                                world_size=int(os.environ["WORLD_SIZE"]), timeout=timeout)
 
 
 def _reset() -> None:

@@ -69,8 +69,7 @@ def _env() -> dict:
     return env
 
 
-def run_group(module: str, world: int, device: str, out: Path) -> dict:
-    """Run one module's repros of one world size; {id: [per-rank result]}."""
+def start_group(module: str, world: int, device: str, out: Path) -> subprocess.Popen:
     harness = str(HERE / "errors_harness.py")
     args = [module, str(out), "--world", str(world), "--device", device]
     if world == 1:
@@ -78,10 +77,16 @@ def run_group(module: str, world: int, device: str, out: Path) -> dict:
     else:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                f"--nproc-per-node={world}", harness, *args]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             env=_env(), cwd=HERE, start_new_session=True)
+
+
+def collect_group(proc: subprocess.Popen, world: int, out: Path, deadline: float) -> dict:
+    """{id: [per-rank result]} of one launch, killing it past the deadline."""
+    import time
+
     try:
-        _, err = proc.communicate(timeout=LAUNCH_TIMEOUT_S)
+        _, err = proc.communicate(timeout=max(deadline - time.monotonic(), 1))
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         _, err = proc.communicate()
@@ -96,12 +101,28 @@ def run_group(module: str, world: int, device: str, out: Path) -> dict:
     return merged
 
 
+def run_group(module: str, world: int, device: str, out: Path) -> dict:
+    import time
+
+    proc = start_group(module, world, device, out)
+    return collect_group(proc, world, out, time.monotonic() + LAUNCH_TIMEOUT_S)
+
+
 def run_all(device: str = "cpu") -> dict:
+    """All repros of a device kind. The launches run at once: most of their time is spent
+    waiting (timeouts the repros provoke, torchrun start-up), not computing."""
+    import time
+
     groups = sorted({(r.module, r.world) for r in REPROS.values() if r.device == device})
     results: dict[str, list[dict]] = {}
     with tempfile.TemporaryDirectory() as tmp:
+        deadline = time.monotonic() + LAUNCH_TIMEOUT_S
+        launched = []
         for n, (module, world) in enumerate(groups):
-            results.update(run_group(module, world, device, Path(tmp) / str(n)))
+            out = Path(tmp) / str(n)
+            launched.append((start_group(module, world, device, out), world, out))
+        for proc, world, out in launched:
+            results.update(collect_group(proc, world, out, deadline))
     return results
 
 
