@@ -14,7 +14,8 @@ from fsdp_skill.sources.web.config import load_config
     (["--config", "/nonexistent/scrape.yaml"], "config file not found"),
 ])
 def test_bad_input_is_one_line(argv, needle, tmp_path, capsys):
-    assert main(argv + ["--references", str(tmp_path)]) == 1
+    # A bad option or config value is a usage error: exit 2, as search and eval do.
+    assert main(argv + ["--references", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert needle in err and err.count("\n") == 1 and "Traceback" not in err
 
@@ -23,10 +24,10 @@ def test_bad_yaml_and_bad_page(tmp_path, capsys):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("version: '2.13'\nsite_root: https://docs.pytorch.org/\ndocs_base: docs/{version}/\n"
                    "tutorials_base: tutorials/\npages:\n  - {page: ../etc/passwd, category: x}\n")
-    assert main(["--config", str(cfg), "--references", str(tmp_path)]) == 1
+    assert main(["--config", str(cfg), "--references", str(tmp_path)]) == 2
     assert "bad page path" in capsys.readouterr().err
     cfg.write_text("pages: [")
-    assert main(["--config", str(cfg), "--references", str(tmp_path)]) == 1
+    assert main(["--config", str(cfg), "--references", str(tmp_path)]) == 2
     assert "not valid YAML" in capsys.readouterr().err
 
 

@@ -210,20 +210,20 @@ def test_scripts_answer_help(skill):
             "scripts/notes.txt": "not a script",
         }
     )
-    problems = V.validate(root, check_torch=False)
+    problems = V.validate(root, check_torch=False, run_scripts=True)
     only(problems, "scripts/bad.py: '--help' exited 1: cannot import torch.distributed")
 
 
 def test_script_timeout(skill):
     root = skill(files={"scripts/slow.py": "import time\ntime.sleep(30)\n"})
-    only(V.validate(root, check_torch=False, timeout=0.5), "did not finish within 0.5 s")
+    only(V.validate(root, check_torch=False, run_scripts=True, timeout=0.5), "did not finish within 0.5 s")
 
 
 def test_scripts_run_from_a_neutral_cwd(skill, monkeypatch):
     # A script that only works from the skill root would break for an agent elsewhere.
     root = skill(files={"scripts/rel.py": "open('SKILL.md').close()\n"})
     monkeypatch.chdir(root)
-    only(V.validate(root, check_torch=False), "scripts/rel.py: '--help' exited 1")
+    only(V.validate(root, check_torch=False, run_scripts=True), "scripts/rel.py: '--help' exited 1")
 
 
 # --------------------------------------------------------------------------- torch names
@@ -267,7 +267,7 @@ def test_torch_broken_is_one_line(skill, monkeypatch):
 
 def test_main_ok(skill, capsys):
     root = skill(body="Run `scripts/ok.py`.\n", files={"scripts/ok.py": HELP_SCRIPT})
-    assert V.main([str(root), "--no-torch"]) == 0
+    assert V.main([str(root), "--no-torch", "--run-scripts"]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1 and out[0].startswith("OK ") and "1 scripts answer --help" in out[0]
 

@@ -5,8 +5,9 @@ The copy is self-contained: `src/fsdp_skill/` travels with it so `scripts/search
 package from `../src` without a pip install, and the index sits in `references/index/`.
 
 Installs are atomic: everything is copied into a hidden staging folder next to the destination,
-checked, and swapped in with two renames; a failed or interrupted install leaves the previous copy
-in place.
+checked, and swapped in with one atomic exchange of the two folders (see fsdp_skill.fsswap), so
+the installed folder is never missing; a failed or interrupted install leaves the previous copy
+in place, and the next install removes the hidden copies a killed one left.
 
 Where agents look for user skills (checked against their docs, 2026):
 
@@ -22,10 +23,12 @@ import dataclasses
 import os
 import secrets
 import shutil
+import signal
 import sys
 from pathlib import Path
 from typing import Callable
 
+from fsdp_skill import fsswap
 from fsdp_skill.argparsing import OneLineParser
 
 try:
@@ -187,12 +190,21 @@ def _fresh_name(parent: Path, kind: str) -> Path:
     raise InstallError(f"{parent}: cannot find a free temporary name")
 
 
-def _remove_leftovers(parent: Path) -> None:
-    """Staging and old copies a killed install left behind; safe under the install lock."""
+def _remove_leftovers(parent: Path, dest: Path) -> None:
+    """Staging and old copies a killed install left behind; safe under the install lock.
+
+    Where the OS has no atomic folder swap, a kill between the two renames leaves `dest`
+    missing and the previous copy under an `.old-` name: that copy is put back first.
+    """
+    olds = sorted(parent.glob(f".{SKILL_NAME}.old-*"), key=lambda p: p.lstat().st_mtime, reverse=True)
+    if not os.path.lexists(dest):
+        for old in olds:
+            if old.is_dir() and not old.is_symlink() and (old / "SKILL.md").is_file():
+                os.rename(old, dest)
+                break
     for prefix in (f".{SKILL_NAME}.tmp-", f".{SKILL_NAME}.old-"):
         for stale in parent.glob(prefix + "*"):
-            if stale.is_dir() and not stale.is_symlink():
-                shutil.rmtree(stale, ignore_errors=True)
+            fsswap.rmtree(stale)
 
 
 def _verify(staging: Path, display: str) -> list[str]:
@@ -220,13 +232,18 @@ def install(
     default `fsdp_skill.build.ensure_index`, skipped with a warning while that does not exist.
     """
     root_p = Path(root) if root is not None else _default_root()
+    if not str(target).strip():
+        raise InstallError("the target folder must not be empty")
     parent = Path(target).expanduser()
     dest = parent / SKILL_NAME
-    if parent.exists() and not parent.is_dir():
-        raise InstallError(f"{parent}: not a folder")
-    if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
-        raise InstallError(f"{dest}: exists and is not a plain folder; remove it or choose another --target")
-    _check_overlap(root_p, dest)
+    try:
+        if parent.exists() and not parent.is_dir():
+            raise InstallError(f"{parent}: not a folder")
+        if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
+            raise InstallError(f"{dest}: exists and is not a plain folder; remove it or choose another --target")
+        _check_overlap(root_p, dest)
+    except OSError as e:  # e.g. EACCES from stat() inside a folder this user cannot enter
+        raise InstallError(f"{e.filename or parent}: {e.strerror or e}") from None
 
     if dry_run:
         p = plan(root_p, dest)
@@ -272,8 +289,11 @@ def install(
     except OSError as e:
         raise InstallError(f"{parent}: cannot lock: {e.strerror or e}") from None
     try:
-        _remove_leftovers(parent)
-        staging = _fresh_name(parent, "tmp")
+        try:
+            _remove_leftovers(parent, dest)
+            staging = _fresh_name(parent, "tmp")
+        except OSError as e:
+            raise InstallError(f"{getattr(e, 'filename', None) or parent}: {e.strerror or e}") from None
         try:
             staging.mkdir()
             for rel, src, _ in p.files:
@@ -292,8 +312,8 @@ def install(
         except OSError as e:
             raise InstallError(f"{getattr(e, 'filename', None) or parent}: {e.strerror or e}") from None
         finally:
-            if staging.exists():
-                shutil.rmtree(staging, ignore_errors=True)
+            # After a swap this holds the previous copy; after a failure, the partial new one.
+            fsswap.rmtree(staging)
     finally:
         lock.release()
 
@@ -302,18 +322,15 @@ def install(
 
 
 def _swap(staging: Path, dest: Path, parent: Path) -> None:
-    if not dest.exists():
-        os.rename(staging, dest)
-        return
-    # Two renames: readers see the old copy or the new one, never a half-written folder.
-    old = _fresh_name(parent, "old")
-    os.rename(dest, old)
-    try:
-        os.rename(staging, dest)
-    except OSError:
-        os.rename(old, dest)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
+    """Readers see the old copy or the new one, never a half-written or missing folder.
+
+    One atomic exchange puts the new copy at `dest` and the old one at `staging`, which the
+    caller removes. Without an atomic swap (see fsswap) it takes two renames through a fresh
+    `.old-` name, and a kill between them is repaired by the next install.
+    """
+    previous = fsswap.swap_in(staging, dest, _fresh_name(parent, "old"))
+    if previous is not None and previous != staging:
+        fsswap.rmtree(previous)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -338,14 +355,51 @@ def main(argv: list[str] | None = None) -> int:
         "--no-verify", action="store_true", help="skip validating the copy before swapping it in"
     )
     args = parser.parse_args(argv)
+    if args.target is not None and not args.target.strip():
+        parser.error("--target must name a folder, not an empty string")
 
+    previous_handler = _terminate_as_exception()
     try:
-        target = Path(args.target) if args.target else agent_skills_dir(args.agent)
+        target = Path(args.target) if args.target is not None else agent_skills_dir(args.agent)
         install(target, dry_run=args.dry_run, build=not args.no_build, verify=not args.no_verify)
+    except _Terminated:
+        print("fsdp-skill install: terminated; the previous copy is left in place", file=sys.stderr)
+        return 143
     except InstallError as e:
         print(f"fsdp-skill install: {e}", file=sys.stderr)
         return 1
+    except OSError as e:  # anything the checks above did not name: still one line
+        print(f"fsdp-skill install: {getattr(e, 'filename', None) or 'error'}: {e.strerror or e}",
+              file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("fsdp-skill install: interrupted; the previous copy is left in place", file=sys.stderr)
+        return 130
+    finally:
+        if previous_handler is not None:
+            signal.signal(signal.SIGTERM, previous_handler)
     return 0
+
+
+class _Terminated(BaseException):
+    """SIGTERM arrived: unwinds like Ctrl-C, so the staging copy is removed on the way out."""
+
+
+def _terminate_as_exception():
+    """Make SIGTERM raise _Terminated (main thread only); returns the handler it replaced.
+
+    By default SIGTERM ends the process on the spot and leaves the hidden staging copy behind
+    until the next install; raising instead runs the cleanup in `install`'s finally blocks.
+    """
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handler(signum, frame):
+        raise _Terminated()
+
+    return signal.signal(signal.SIGTERM, handler)
 
 
 if __name__ == "__main__":

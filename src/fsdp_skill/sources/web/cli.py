@@ -63,6 +63,10 @@ def main(argv: list[str] | None = None) -> int:
         return int(exc.code or 0)
     try:
         cfg = load_config(args.config).with_overrides(version=args.version, base_url=args.base_url)
+    except ConfigError as exc:  # a bad option or config value is a usage error
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    try:
         refs = args.references or _default_references()
         result = scrape(cfg, refs, cache_dir=args.cache_dir, index_dir=args.index_dir,
                         index_builder=_index_builder(refs))

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
+import os
 import re
+import stat
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -28,6 +31,10 @@ class ClientSettings:
     read_timeout_s: float = 30.0
     retries: int = 3
     backoff_s: float = 1.0
+    # Wall-clock limits: the timeouts above bound each wait for a byte, so a server that drips
+    # one byte a second would otherwise hold a page, and the run, for as long as it likes.
+    page_deadline_s: float = 300.0   # one page or objects.inv, every try and redirect included
+    run_deadline_s: float = 1800.0   # the whole scrape
 
 
 @dataclass(frozen=True)
@@ -114,16 +121,57 @@ def _check_rel(value: object, what: str) -> str:
     return value if value.endswith("/") or not value else value + "/"
 
 
+# Settings that must be > 0 (a zero timeout would make requests refuse every call; a zero
+# deadline fails every page) and those that may be 0.
+_POSITIVE = ("connect_timeout_s", "read_timeout_s", "page_deadline_s", "run_deadline_s")
+_NON_NEGATIVE = ("min_interval_s", "backoff_s")
+MAX_RETRIES = 20
+
+
+def _check_client(client: ClientSettings, where: str) -> None:
+    for key in _POSITIVE + _NON_NEGATIVE:
+        value = getattr(client, key)
+        low_ok = key in _NON_NEGATIVE and value == 0
+        if not math.isfinite(value) or (value <= 0 and not low_ok):
+            kind = "a positive" if key in _POSITIVE else "a non-negative"
+            raise ConfigError(f"{where}: client setting {key} must be {kind} number of seconds, "
+                              f"got {value:g}")
+    if not 0 <= client.retries <= MAX_RETRIES:
+        raise ConfigError(f"{where}: client setting retries must be 0 to {MAX_RETRIES}, "
+                          f"got {client.retries}")
+    if not client.user_agent.strip():
+        raise ConfigError(f"{where}: client setting user_agent must not be empty")
+
+
+MAX_CONFIG_BYTES = 1024 * 1024
+
+
+def _read_capped(path: Path) -> bytes:
+    """The file's bytes; a FIFO, a device or a huge file is refused instead of read forever."""
+    # O_NONBLOCK: opening a FIFO must not wait for a writer; fstat then sees what was opened.
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError("not a regular file")
+        data = fh.read(MAX_CONFIG_BYTES + 1)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise OSError(f"larger than {MAX_CONFIG_BYTES // 1024} KiB")
+    return data
+
+
 def load_config(path: Path | None = None) -> ScrapeConfig:
     path = Path(path) if path else DEFAULT_CONFIG
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = yaml.safe_load(_read_capped(path).decode("utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read config {path}: {exc}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"config {path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    except RecursionError:
+        raise ConfigError(f"config {path} nests too deeply to be a scrape config") from None
     return parse_config(raw, str(path))
 
 
@@ -162,10 +210,9 @@ def parse_config(raw: object, where: str = "config") -> ScrapeConfig:
             k: (str(v) if k == "user_agent" else int(v) if k == "retries" else float(v))
             for k, v in client_raw.items()
         })
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
         raise ConfigError(f"{where}: bad client setting: {exc}") from None
-    if client.retries < 0 or client.min_interval_s < 0 or client.backoff_s < 0:
-        raise ConfigError(f"{where}: client settings must not be negative")
+    _check_client(client, where)
     hosts = raw.get("allowed_hosts") or []
     if not isinstance(hosts, list):
         raise ConfigError(f"{where}: 'allowed_hosts' must be a list")

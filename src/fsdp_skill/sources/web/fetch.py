@@ -5,15 +5,21 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
 import sys
 import tempfile
+import threading
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 from urllib.parse import urljoin, urlsplit
 
 import requests
+from requests.adapters import HTTPAdapter
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from .config import ClientSettings
 
@@ -99,9 +105,16 @@ class PoliteClient:
         self.cache = cache
         self.session = session or requests.Session()
         self.session.headers["User-Agent"] = settings.user_agent
+        # Connections this client opened, so the deadline watchdog can cut the one in use.
+        self._live: weakref.WeakSet = weakref.WeakSet()
+        adapter = _TrackingAdapter(self._live)
+        self.session.mount("http://", adapter)
+        self.session.mount("https://", adapter)
         self._sleep = sleep
         self._last_request = 0.0
         self.request_count = 0
+        # time.monotonic() by which the whole run must be done; None: only page deadlines.
+        self.run_deadline: float | None = None
         self.log = log or (lambda msg: print(msg, file=sys.stderr))
 
     def close(self) -> None:
@@ -131,14 +144,29 @@ class PoliteClient:
             if meta.get("last_modified"):
                 headers["If-Modified-Since"] = meta["last_modified"]
 
+        deadline, why = self._deadline()
         delay = self.settings.backoff_s
         attempts = self.settings.retries + 1
         for attempt in range(1, attempts + 1):
+            if time.monotonic() >= deadline:
+                raise FetchError(f"{url}: {why}")
             try:
-                status, final_url, body, resp_headers = self._get_following(url, headers)
+                with _Watchdog(deadline - time.monotonic(), self._cut) as dog:
+                    try:
+                        status, final_url, body, resp_headers = self._get_following(url, headers)
+                    except Exception:
+                        if dog.fired:  # whatever the cut connection raised, the cause is the deadline
+                            raise _DeadlineHit() from None
+                        raise
+                if dog.fired:  # finished as the deadline hit: the body may be cut short
+                    raise _DeadlineHit()
+            except _DeadlineHit:
+                raise FetchError(f"{url}: {why}") from None
             except _Transient as exc:
                 if attempt == attempts:
                     raise FetchError(f"{url}: {exc} (gave up after {attempts} tries)") from None
+                if time.monotonic() + delay >= deadline:
+                    raise FetchError(f"{url}: {exc}; no time left for another try ({why})") from None
                 self.log(f"  retry {attempt}/{attempts - 1} in {delay:.1f}s: {url}: {exc}")
                 self._sleep(delay)
                 delay *= 2
@@ -151,6 +179,26 @@ class PoliteClient:
                 self.cache.put(url, body, resp_headers.get("ETag"), resp_headers.get("Last-Modified"))
             return FetchResult(url, body, status, False)
         raise AssertionError("unreachable")
+
+    def _deadline(self) -> tuple[float, str]:
+        """When this fetch must be done, and the message for running past it."""
+        page = time.monotonic() + self.settings.page_deadline_s
+        if self.run_deadline is not None and self.run_deadline < page:
+            return self.run_deadline, (f"the scrape ran past its {self.settings.run_deadline_s:g} s "
+                                       "deadline (client run_deadline_s)")
+        return page, (f"no complete answer within the {self.settings.page_deadline_s:g} s page "
+                      "deadline (client page_deadline_s)")
+
+    def _cut(self) -> None:
+        """Called by the watchdog: shut the open sockets down, which ends a blocked read."""
+        for conn in list(self._live):
+            for sock in {getattr(conn, "sock", None), getattr(conn, "watched_sock", None)} - {None}:
+                try:
+                    # The plain socket's shutdown, also for TLS: it wakes the reader without
+                    # touching the TLS state another thread is using.
+                    socket.socket.shutdown(sock, socket.SHUT_RDWR)
+                except (OSError, TypeError, ValueError):
+                    pass
 
     def _get_following(self, url: str, headers: dict) -> tuple[int, str, bytes, dict]:
         current = url
@@ -186,6 +234,86 @@ class PoliteClient:
 
 class _Transient(Exception):
     """A failure worth another try: timeout, dropped connection, short body, 5xx."""
+
+
+class _DeadlineHit(Exception):
+    """The page or run deadline passed while a request was in flight."""
+
+
+class _Watchdog:
+    """Calls `cut` once `seconds` have passed, unless the block has ended by then.
+
+    Timeouts bound each wait for a byte; only a clock that runs beside the request bounds the
+    whole of it, headers and body, however slowly the server drips them.
+    """
+
+    def __init__(self, seconds: float, cut: Callable[[], None]):
+        self._cut = cut
+        self._lock = threading.Lock()
+        self._over = False
+        self.fired = False
+        self._timer = threading.Timer(max(0.0, seconds), self._fire)
+        self._timer.daemon = True
+
+    def _fire(self) -> None:
+        with self._lock:
+            if self._over:
+                return
+            self.fired = True
+        self._cut()
+
+    def __enter__(self) -> "_Watchdog":
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        with self._lock:
+            self._over = True
+        self._timer.cancel()
+
+
+def _tracked_pools(live: weakref.WeakSet) -> dict:
+    """urllib3 pool classes whose connections register in `live` when they connect."""
+
+    # The socket is kept as well: http.client drops `conn.sock` once a response that closes the
+    # connection (HTTP/1.0, `Connection: close`) owns it, and that body must still be cut.
+    class Conn(HTTPConnection):
+        def connect(self):
+            live.add(self)
+            super().connect()
+            self.watched_sock = self.sock
+
+    class TLSConn(HTTPSConnection):
+        def connect(self):
+            live.add(self)
+            super().connect()
+            self.watched_sock = self.sock
+
+    class Pool(HTTPConnectionPool):
+        ConnectionCls = Conn
+
+    class TLSPool(HTTPSConnectionPool):
+        ConnectionCls = TLSConn
+
+    return {"http": Pool, "https": TLSPool}
+
+
+class _TrackingAdapter(HTTPAdapter):
+    """requests' adapter, with connections the deadline watchdog can find (proxies too)."""
+
+    def __init__(self, live: weakref.WeakSet):
+        self._live = live
+        super().__init__()
+
+    def init_poolmanager(self, *args, **kwargs):
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = _tracked_pools(self._live)
+
+    def proxy_manager_for(self, proxy, **kwargs):
+        manager = super().proxy_manager_for(proxy, **kwargs)
+        if not proxy.lower().startswith("socks"):  # SOCKS pools have classes of their own
+            manager.pool_classes_by_scheme = _tracked_pools(self._live)
+        return manager
 
 
 def _read_body(resp: requests.Response) -> bytes:

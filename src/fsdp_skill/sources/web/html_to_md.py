@@ -7,6 +7,7 @@ qualified name followed by a fenced signature.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -37,6 +38,20 @@ LANG_ALIASES = {"default": "python", "python3": "python", "py": "python", "none"
 TITLE_SUFFIX_WORD = "documentation"
 # Sphinx separates a field item's name and type from its text with an en dash.
 SEP_DASH = "\u2013"
+
+
+# The converter recurses once or more per element level; real docs pages nest 26 deep. Deeper
+# pages are refused before conversion so a hostile one gives an error, not a RecursionError.
+MAX_DEPTH = 150
+# Control characters from a fetched page would reach an agent's terminal through search output
+# (ESC starts terminal escape sequences, RLO and the other bidi controls reorder what is shown):
+# C0 except tab and newline, DEL, C1, and the Unicode bidi embedding, override and isolate marks.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def strip_controls(text: str) -> str:
+    """`text` without terminal and bidi control characters (tab and newline stay)."""
+    return _CONTROL.sub("", text)
 
 
 class ConversionError(ValueError):
@@ -86,14 +101,22 @@ def convert_page(html: bytes | str, *, page: str, url: str, torch_version: str,
     it is about: those it cross-references or names in inline code.
     """
     soup = BeautifulSoup(html, "lxml")
-    article = find_article(soup)
-    title = page_title(soup, article)
-    for tag in article.select(FURNITURE):
-        tag.decompose()
-    for comment in article.find_all(string=lambda s: isinstance(s, Comment)):
-        comment.extract()
-    conv = _Converter(article, anchor_names, api_names)
-    body = conv.render_children(article, level=0)
+    if _depth(soup) > MAX_DEPTH:
+        raise ConversionError(f"HTML nests more than {MAX_DEPTH} elements deep (docs pages nest "
+                              "under 30); refusing it")
+    try:
+        article = find_article(soup)
+        title = strip_controls(page_title(soup, article))
+        for tag in article.select(FURNITURE):
+            tag.decompose()
+        for comment in article.find_all(string=lambda s: isinstance(s, Comment)):
+            comment.extract()
+        conv = _Converter(article, anchor_names, api_names)
+        body = strip_controls(conv.render_children(article, level=0))
+    except RecursionError:  # the depth cap should make this unreachable; keep it one line anyway
+        raise ConversionError("HTML nests too deeply to convert") from None
+    if not title.strip():
+        raise ConversionError("page has no title")
     if not body.strip():
         raise ConversionError("main article is empty")
     front = {"title": title, "url": url, "source": "web", "torch_version": str(torch_version),
@@ -108,6 +131,19 @@ def convert_page(html: bytes | str, *, page: str, url: str, torch_version: str,
 
 
 # --------------------------------------------------------------------------------------------
+
+
+def _depth(root: Tag) -> int:
+    """How many elements deep the tree nests, found without recursion."""
+    deepest, stack = 0, [(root, 0)]
+    while stack:
+        node, d = stack.pop()
+        if d > deepest:
+            deepest = d
+            if deepest > MAX_DEPTH:
+                break
+        stack.extend((c, d + 1) for c in node.contents if isinstance(c, Tag))
+    return deepest
 
 
 def _squash(text: str) -> str:
@@ -466,12 +502,23 @@ class _Converter:
 
     def field_item(self, container: Tag) -> str:
         """`**name** (type) – text` of one Sphinx field item, with the type as code."""
-        p = container.find("p", recursive=False) or container
-        rest_blocks = [c for c in container.children if isinstance(c, Tag) and c is not p]
-        children = list(p.children)
+        p = container.find("p", recursive=False)
+        if p is not None:
+            children = list(p.children)
+            rest_blocks = [c for c in container.children if isinstance(c, Tag) and c is not p]
+        else:
+            # No paragraph: the text runs up to the first block, the blocks follow. Rendering the
+            # blocks both inside the text and after it doubled them, and doubled the time per
+            # level of nesting (a 20-deep field list took minutes).
+            children, rest_blocks = [], []
+            for c in container.children:
+                if rest_blocks or (isinstance(c, Tag) and (c.name in BLOCK_TAGS or _is_section(c))):
+                    rest_blocks.append(c)
+                else:
+                    children.append(c)
         first_tag = next((c for c in children if isinstance(c, Tag) or str(c).strip()), None)
         if not (isinstance(first_tag, Tag) and first_tag.name == "strong"):
-            text = _squash(self.inline_children(p))
+            text = _squash("".join(self.inline(n) for n in children))
         else:
             pname = _squash(first_tag.get_text())
             after = children[children.index(first_tag) + 1:]

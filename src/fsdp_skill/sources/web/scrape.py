@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import re
+import secrets
 import shutil
 import sys
 import tempfile
@@ -14,6 +17,7 @@ from typing import Callable
 
 from filelock import FileLock, Timeout
 
+from ... import fsswap
 from .config import ScrapeConfig
 from .fetch import FetchError, PoliteClient, RawCache
 from .html_to_md import ConversionError, ConvertedPage, convert_page
@@ -22,6 +26,12 @@ from .report import ChangeReport, diff_trees, read_tree
 
 REPORT_FILE = ".scrape-report.json"
 _UNSET = object()
+# Names this module writes and may therefore remove: stage folders in refs_root (mkdtemp's
+# 8-character suffix), and in the index folder the files being copied in and the previous
+# index files kept until the swap is done.
+_STAGE_PREFIX = ".scrape-"
+_STAGE_RE = re.compile(r"^\.scrape-[a-z0-9_]{8}$")
+_INDEX_SIDE_RE = re.compile(r"^\.(?P<name>.+)\.scrape-(?P<kind>tmp|old)-[0-9a-f]{8}$")
 
 
 class ScrapeError(RuntimeError):
@@ -81,9 +91,18 @@ def scrape(cfg: ScrapeConfig, refs_root: Path, *, cache_dir: Path | None = None,
     except Timeout:
         raise ScrapeError(f"another scrape holds {refs_root / '.scrape.lock'}") from None
     own_client = client is None
-    client = client or PoliteClient(cfg.client, cfg.hosts(), RawCache(cache_dir), log=log)
     try:
-        pages, not_modified = _fetch_and_convert(cfg, client, log)
+        _recover(refs_root, web_dir, index_dir, log)
+        if index_dir.exists() and not index_dir.is_dir():
+            raise ScrapeError(f"index folder {index_dir} exists and is not a folder")
+        client = client or PoliteClient(cfg.client, cfg.hosts(), RawCache(cache_dir), log=log)
+    except BaseException:
+        lock.release()
+        raise
+    deadline = started + cfg.client.run_deadline_s
+    client.run_deadline = deadline
+    try:
+        pages, not_modified = _fetch_and_convert(cfg, client, log, deadline)
         uncovered = _check_coverage(pages, chunk)
         for page, names in uncovered.items():
             log(f"warning: {page}: {len(names)} objects.inv object(s) no chunk carries: "
@@ -117,7 +136,36 @@ def _load_inventory(cfg: ScrapeConfig, client: PoliteClient, tutorial: bool) -> 
         raise ScrapeError(f"{fetch_url}: {exc}") from None
 
 
-def _fetch_and_convert(cfg: ScrapeConfig, client: PoliteClient, log):
+def _recover(refs_root: Path, web_dir: Path, index_dir: Path, log) -> None:
+    """Clear what a killed scrape left behind; called under the scrape lock.
+
+    Stage folders go. Where the OS has no atomic folder swap, a kill between its two renames
+    leaves web/ missing and the previous tree in the stage folder: that tree is put back first.
+    """
+    stages = [p for p in refs_root.iterdir()
+              if _STAGE_RE.match(p.name) and p.is_dir() and not p.is_symlink()]
+    stages.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+    for stage in stages:
+        for name in ("old-web", "old-0"):  # old-0: the name earlier versions used
+            old = stage / name
+            if not os.path.lexists(web_dir) and old.is_dir() and not old.is_symlink():
+                os.rename(old, web_dir)
+                log(f"scrape: put back {web_dir}, which an interrupted scrape had moved aside")
+        fsswap.rmtree(stage)
+    if not index_dir.is_dir():
+        return
+    for side in index_dir.iterdir():
+        m = _INDEX_SIDE_RE.match(side.name)
+        if not m or side.is_symlink() or not side.is_file():
+            continue
+        live = index_dir / m.group("name")
+        if m.group("kind") == "old" and not os.path.lexists(live):
+            os.replace(side, live)
+        else:
+            side.unlink()
+
+
+def _fetch_and_convert(cfg: ScrapeConfig, client: PoliteClient, log, deadline: float | None = None):
     inventories: dict[bool, Inventory] = {}
     for tutorial in sorted({spec.is_tutorial for spec in cfg.pages}):
         try:
@@ -153,6 +201,9 @@ def _fetch_and_convert(cfg: ScrapeConfig, client: PoliteClient, log):
         except ConversionError as exc:
             raise ScrapeError(f"page {spec.page} ({url}): {exc}") from None
         pages[spec.page] = (inv_names, conv)
+        if deadline is not None and time.monotonic() > deadline and i < total:
+            raise ScrapeError(f"the scrape ran past its {cfg.client.run_deadline_s:g} s deadline "
+                              f"(client run_deadline_s) after {i} of {total} pages")
     return pages, not_modified
 
 
@@ -191,7 +242,7 @@ def _same_pages(web_dir: Path, new_files: dict[str, bytes]) -> bool:
 
 def _refresh(refs_root: Path, web_dir: Path, index_dir: Path, new_files: dict[str, bytes],
              report: ChangeReport, builder, chunk, log) -> bool:
-    stage = Path(tempfile.mkdtemp(prefix=".scrape-", dir=refs_root))
+    stage = Path(tempfile.mkdtemp(prefix=_STAGE_PREFIX, dir=refs_root))
     try:
         new_web = stage / "web"
         for rel, data in new_files.items():
@@ -219,29 +270,86 @@ def _refresh(refs_root: Path, web_dir: Path, index_dir: Path, new_files: dict[st
                 raise ScrapeError("index build produced no index")
         else:
             log("warning: no index builder available (fsdp_skill.build); index not rebuilt")
-        _swap(stage, [(new_web, web_dir)] + ([(new_index, index_dir)] if new_index else []))
+        _swap(stage, new_web, web_dir, new_index, index_dir)
         log("scrape: " + report.summary())
         return new_index is not None
     finally:
-        shutil.rmtree(stage, ignore_errors=True)
+        fsswap.rmtree(stage)
 
 
-def _swap(stage: Path, pairs: list[tuple[Path, Path]]) -> None:
-    """Rename each new folder over its live one; on any failure put the old ones back."""
-    done: list[tuple[Path, Path | None]] = []
+def _swap(stage: Path, new_web: Path, web_dir: Path, new_index: Path | None, index_dir: Path) -> None:
+    """Put the new web tree and index in place; on any failure put the old ones back.
+
+    web/ is ours, so it is swapped whole, in one atomic step where the OS can. The index folder
+    may be a user's --index-dir holding other files, so only the files the builder wrote are
+    moved into it, one atomic rename each; nothing else in it is touched.
+    """
     try:
-        for n, (new, live) in enumerate(pairs):
-            old = None
-            if live.exists():
-                old = stage / f"old-{n}"
-                os.replace(live, old)
-            done.append((live, old))
-            os.replace(new, live)
+        previous = fsswap.swap_in(new_web, web_dir, stage / "old-web")
     except OSError as exc:
-        for live, old in reversed(done):
-            if old is not None and old.exists():
-                if live.exists():
-                    shutil.rmtree(live, ignore_errors=True)
-                os.replace(old, live)
         raise ScrapeError(f"could not swap in the new references: {exc}") from None
+    try:
+        if new_index is not None:
+            _install_files(new_index, index_dir)
+    except BaseException as exc:
+        try:
+            fsswap.swap_back(web_dir, previous)
+        except OSError:
+            pass
+        if isinstance(exc, OSError):
+            raise ScrapeError(f"could not swap in the new index: {exc}") from None
+        raise
 
+
+def _side_name(live: Path, kind: str) -> Path:
+    return live.with_name(f".{live.name}.scrape-{kind}-{secrets.token_hex(4)}")
+
+
+def _install_files(src_dir: Path, dest_dir: Path) -> None:
+    """Move every file under src_dir to the same place under dest_dir, all or none."""
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    done: list[tuple[Path, Path | None]] = []   # (live file, its previous content's copy)
+    try:
+        for src in sorted(p for p in src_dir.rglob("*") if p.is_file()):
+            live = dest_dir / src.relative_to(src_dir)
+            if live.is_dir() and not live.is_symlink():
+                raise OSError(errno.EISDIR, "a folder is in the way", str(live))
+            live.parent.mkdir(parents=True, exist_ok=True)
+            backup = None
+            if os.path.lexists(live):
+                backup = _side_name(live, "old")
+                try:
+                    os.link(live, backup, follow_symlinks=False)
+                except OSError:
+                    shutil.copy2(live, backup, follow_symlinks=False)
+            done.append((live, backup))
+            try:
+                os.replace(src, live)
+            except OSError as exc:
+                if exc.errno != errno.EXDEV:
+                    raise
+                tmp = _side_name(live, "tmp")  # another filesystem: copy beside it, then rename
+                try:
+                    shutil.copy2(src, tmp)
+                    os.replace(tmp, live)
+                finally:
+                    if os.path.lexists(tmp):
+                        os.unlink(tmp)
+    except BaseException:
+        for live, backup in reversed(done):
+            try:
+                if backup is not None and os.path.lexists(live) and os.path.samefile(backup, live):
+                    os.unlink(backup)  # never replaced; and rename() between two links is a no-op
+                elif backup is not None:
+                    os.replace(backup, live)
+                elif os.path.lexists(live):
+                    os.unlink(live)
+            except OSError:
+                pass
+        raise
+    for _, backup in done:
+        if backup is not None:
+            try:
+                os.unlink(backup)
+            except OSError:
+                pass
