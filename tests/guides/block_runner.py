@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+import torch.distributed.optim  # noqa: F401 - its import warns (torch.jit.script) in 2.13; not a block's doing
 import torch.nn as nn
 import torch.nn.functional as F
 

@@ -1,0 +1,292 @@
+"""Reproductions for references/guides/errors/ddp-and-process-groups.md (see errors_harness.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from errors_harness import captured_warnings, repro
+from repro_launch import run_ranks
+
+
+class _TwoHeads(nn.Module):
+    """A body and two heads; `forward(x, use_b=True)` uses head `b`, otherwise head `a`."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(4, 4)
+        self.a = nn.Linear(4, 1)
+        self.b = nn.Linear(4, 1)
+
+    def forward(self, x, use_b=False):
+        h = self.body(x)
+        return self.b(h) if use_b else self.a(h)
+
+
+class _BothHeads(_TwoHeads):
+    """`forward(x, both=True)` uses both heads, otherwise only head `a`."""
+
+    def forward(self, x, both=False):
+        h = self.body(x)
+        return self.a(h) + self.b(h) if both else self.a(h)
+
+
+@contextlib.contextmanager
+def _two_ranks(tag: str, seconds: float = 3.0):
+    """A fresh gloo world for one repro (the repro is registered with pg=False).
+
+    Its store keys live under a prefix of their own: a second group built on the keys an earlier
+    group left in torchrun's store reads stale peer addresses and fails to connect. Ranks leave
+    together, synchronised through the store, so a rank that failed early does not start the next
+    repro while its peer is still waiting for a timeout.
+    """
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                          is_master=False, timeout=datetime.timedelta(seconds=30))
+    store = dist.PrefixStore(f"repro_ddp/{tag}/", store)
+    world = int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("gloo", store=store, rank=int(os.environ["RANK"]), world_size=world,
+                            timeout=datetime.timedelta(seconds=seconds))
+    try:
+        yield
+    finally:
+        store.add("left", 1)
+        deadline = time.monotonic() + 30
+        while store.add("left", 0) < world and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+# --- DDP ---------------------------------------------------------------------------------
+
+@repro("ddp-unused-parameters", world=2, pg=False)
+def _():
+    with _two_ranks("ddp-unused-parameters"):
+        model = DDP(_TwoHeads())
+        x = torch.randn(2, 4)
+        for _ in range(2):
+            model(x).sum().backward()
+
+
+@repro("ddp-static-graph-unused-then-used", world=2, pg=False)
+def _():
+    with _two_ranks("ddp-static-graph-unused-then-used"):
+        model = DDP(_TwoHeads(), static_graph=True)
+        x = torch.randn(2, 4)
+        for step in range(3):
+            model(x, use_b=step == 0).sum().backward()
+
+
+@repro("ddp-static-graph-used-then-unused", world=2, pg=False)
+def _():
+    with _two_ranks("ddp-static-graph-used-then-unused"):
+        model = DDP(_BothHeads(), static_graph=True)
+        x = torch.randn(2, 4)
+        for step in range(3):
+            model(x, both=step == 0).sum().backward()
+
+
+@repro("ddp-mark-variable-ready-twice", world=2, pg=False)
+def _():
+    from torch.utils.checkpoint import checkpoint
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x):
+            x = checkpoint(self.lin, x, use_reentrant=True)
+            return checkpoint(self.lin, x, use_reentrant=True)
+
+    with _two_ranks("ddp-mark-variable-ready-twice"):
+        model = DDP(Net(), find_unused_parameters=True)
+        for _ in range(2):
+            model(torch.randn(2, 4, requires_grad=True)).sum().backward()
+
+
+@repro("ddp-param-count-mismatch", world=2, pg=False)
+def _():
+    with _two_ranks("ddp-param-count-mismatch"):
+        layers = [nn.Linear(2, 2) for _ in range(1 + dist.get_rank())]
+        DDP(nn.Sequential(*layers))
+
+
+@repro("ddp-zero-not-consolidated", world=2, pg=False)
+def _():
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    with _two_ranks("ddp-zero-not-consolidated"):
+        model = nn.Linear(2, 2)
+        opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.SGD, lr=0.1)
+        opt.state_dict()
+
+
+@repro("ddp-no-trainable-parameters", world=1)
+def _():
+    DDP(nn.Linear(2, 2).requires_grad_(False))
+
+
+@repro("ddp-device-ids-cpu-module", world=1)
+def _():
+    DDP(nn.Linear(2, 2), device_ids=[0])
+
+
+@repro("ddp-syncbn-cpu-module", world=1)
+def _():
+    DDP(nn.Sequential(nn.Linear(2, 2), nn.SyncBatchNorm(2)))
+
+
+@repro("ddp-syncbn-cpu-input", world=1)
+def _():
+    nn.SyncBatchNorm(2)(torch.randn(4, 2))
+
+
+@repro("ddp-lazy-uninitialized-params", world=1)
+def _():
+    DDP(nn.LazyLinear(2))
+
+
+# --- process groups ----------------------------------------------------------------------
+
+@repro("pg-not-initialized", pg=False)
+def _():
+    dist.all_reduce(torch.ones(1))
+
+
+@repro("pg-init-twice", world=1)
+def _():
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+
+
+@repro("nccl-not-built-in", pg=False)
+def _():
+    dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1)
+
+
+@repro("pg-no-backend-for-device", pg=False)
+def _():
+    dist.init_process_group("cuda:gloo", store=dist.HashStore(), rank=0, world_size=1)
+    dist.all_reduce(torch.ones(1))
+
+
+@repro("pg-all-gather-into-tensor-deprecated", world=1)
+def _():
+    with captured_warnings() as w:
+        dist.all_gather_into_tensor(torch.zeros(2), torch.ones(2))
+    return "\n".join(w)
+
+
+@repro("pg-reduce-scatter-tensor-deprecated", world=1)
+def _():
+    with captured_warnings() as w:
+        dist.reduce_scatter_tensor(torch.zeros(2), torch.ones(2))
+    return "\n".join(w)
+
+
+@repro("pg-invalid-tensor-size", world=2, pg=False)
+def _():
+    with _two_ranks("pg-invalid-tensor-size"):
+        dist.all_gather([torch.zeros(2), torch.zeros(3)], torch.ones(2))
+
+
+# --- messages another rank's failure or a timeout produces: separate processes ------------
+
+_PREAMBLE = """
+import datetime, os, time
+import torch, torch.distributed as dist
+rank = int(os.environ["RANK"])
+"""
+
+
+@repro("ddp-find-unused-but-none-unused", pg=False)
+def _():
+    return run_ranks(_PREAMBLE + """
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+dist.init_process_group("gloo")
+model = DDP(nn.Linear(2, 2), find_unused_parameters=True)
+model(torch.randn(2, 2)).sum().backward()
+dist.destroy_process_group()
+""", world=1)
+
+
+@repro("pg-gloo-timeout", pg=False)
+def _():
+    return run_ranks(_PREAMBLE + """
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=2))
+if rank == 0:
+    dist.all_reduce(torch.ones(1))   # rank 1 never joins
+else:
+    time.sleep(4)
+""")
+
+
+@repro("pg-collective-mismatch", pg=False)
+def _():
+    return run_ranks(_PREAMBLE + """
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=10))
+t = torch.ones(2)
+if rank == 0:
+    dist.all_reduce(t)
+else:
+    dist.broadcast(t, src=0)
+""", env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
+
+
+@repro("pg-connection-closed", pg=False)
+def _():
+    return run_ranks(_PREAMBLE + """
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=10))
+dist.barrier()
+if rank == 1:
+    os._exit(1)                      # a worker that crashes
+time.sleep(1)
+dist.all_reduce(torch.ones(1))
+""")
+
+
+# --- NCCL: need a GPU (run by the GPU job; one GPU is enough) -----------------------------
+
+@repro("nccl-duplicate-gpu", pg=False, device="cuda")
+def _():
+    # Two ranks that both end up on GPU 0 (the usual cause: set_device never called).
+    return run_ranks(_PREAMBLE + """
+torch.cuda.set_device(0)
+dist.init_process_group("nccl", device_id=torch.device("cuda", 0))
+dist.all_reduce(torch.ones(1, device="cuda"))
+""", timeout=120)
+
+
+@repro("nccl-watchdog-timeout", pg=False, device="cuda")
+def _():
+    # A collective that cannot finish within the group timeout: the GPU is kept busy before it.
+    return run_ranks(_PREAMBLE + """
+dist.init_process_group("nccl", timeout=datetime.timedelta(seconds=2),
+                        device_id=torch.device("cuda", 0))
+torch.cuda._sleep(20_000_000_000)
+dist.all_reduce(torch.ones(1, device="cuda"))
+torch.cuda.synchronize()
+""", world=1, timeout=120)
+
+
+@repro("nccl-destroy-not-called", pg=False, device="cuda")
+def _():
+    return run_ranks(_PREAMBLE + """
+dist.init_process_group("nccl", device_id=torch.device("cuda", 0))
+dist.all_reduce(torch.ones(1, device="cuda"))
+torch.cuda.synchronize()
+""", world=1, timeout=120)
+
+
+@repro("nccl-barrier-device-unknown", pg=False, device="cuda")
+def _():
+    dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1)
+    with captured_warnings() as w:
+        dist.barrier()
+    return "\n".join(w)

@@ -1,0 +1,57 @@
+"""Setups for the code blocks of references/guides/errors/fsdp.md (see tests/guides/blocks.py)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+
+class _TokHead(nn.Module):
+    """A tiny language-model shape: token embedding, output head, and an extra method."""
+
+    def __init__(self, vocab: int = 16, dim: int = 4):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+
+    def forward(self, ids):
+        return self.head(self.tok(ids))
+
+    def embed(self, ids):
+        return self.tok(ids)
+
+
+def _mlp() -> nn.Sequential:
+    return nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4))
+
+
+def errors_fsdp_tok_head(ns: dict) -> None:
+    """`model` with `tok` / `head` submodules and an `embed` method; `ids` a batch of tokens."""
+    torch.manual_seed(0)
+    ns["model"] = _TokHead()
+    ns["ids"] = torch.tensor([[1, 2, 3], [4, 5, 6]])
+
+
+def errors_fsdp_tied_tok_head(ns: dict) -> None:
+    """Like `errors_fsdp_tok_head`, with the output head tied to the embedding."""
+    errors_fsdp_tok_head(ns)
+    ns["model"].head.weight = ns["model"].tok.weight
+
+
+def errors_fsdp_mlp(ns: dict) -> None:
+    """`model`: a 3-layer MLP on CPU; `x`: a (2, 4) input batch."""
+    torch.manual_seed(0)
+    ns["model"] = _mlp()
+    ns["x"] = torch.randn(2, 4)
+
+
+def errors_fsdp_full_state_dict(ns: dict) -> None:
+    """`model`: an unsharded MLP; `full_sd`: a plain-tensor state dict of the same MLP."""
+    errors_fsdp_mlp(ns)
+    ns["full_sd"] = _mlp().state_dict()
+
+
+def errors_fsdp_frozen_mlp(ns: dict) -> None:
+    """`model`: an MLP whose first layer is frozen (weight and bias), as with a frozen backbone."""
+    errors_fsdp_mlp(ns)
+    ns["model"][0].requires_grad_(False)
