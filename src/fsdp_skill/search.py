@@ -129,6 +129,33 @@ def query_terms(query, use_expansion=True, tokenizer=tokenize):
     return terms
 
 
+QUOTED_TITLE_BOOST = 1.5   # a section whose title the query quotes (a pasted error line)
+QUOTED_TITLE_MIN = 24      # shorter titles ("DDP", "Join") occur in queries by chance
+QUOTED_CANDIDATES = 30
+
+
+def _plain(text):
+    return " ".join(text.lower().replace("`", " ").replace('"', " ").replace("'", " ").split())
+
+
+def _quoted_titles_first(index, query, ranked, docs):
+    """Boost the top candidates whose section title appears word for word in the query.
+
+    An error-catalog heading is the message's first sentence, so a user who pastes the error
+    quotes it exactly; BM25 alone lets a long section that shares many of the words win.
+    """
+    plain_query = _plain(query)
+    head = []
+    for doc_no, score in ranked[:QUOTED_CANDIDATES]:
+        doc = docs[doc_no] = index.doc(doc_no)
+        title = _plain(doc["title"])
+        if len(title) >= QUOTED_TITLE_MIN and title in plain_query:
+            score *= QUOTED_TITLE_BOOST
+        head.append((doc_no, score))
+    head.sort(key=lambda kv: (-kv[1], kv[0]))
+    return head + ranked[QUOTED_CANDIDATES:]
+
+
 GUIDE_PULL = 0.5  # a guide hit moves ahead of a reference hit on its API if it scores at least this share
 
 
@@ -158,7 +185,7 @@ def _signature_key(doc):
 
 
 def search(index, query, k=5, page=1, source=None, use_expansion=True, diversity=True, tokenizer=tokenize,
-           per_page_cap=PER_PAGE_CAP):
+           per_page_cap=PER_PAGE_CAP, quoted_titles=True):
     """Ranked result dicts for `query` (1-based `page` of `k` results).
 
     source: None for the default view (web pages replace the docstring pages they mirror),
@@ -166,15 +193,20 @@ def search(index, query, k=5, page=1, source=None, use_expansion=True, diversity
     diversity: show each API entry once (its best chunk), collapse the same text published
     under two names, and take at most PER_PAGE_CAP hits from one page, so the first results
     offer different answers rather than five slices of one.
+    quoted_titles: boost sections whose title the query quotes word for word.
     """
-    terms = query_terms(condense_query(query), use_expansion, tokenizer)
+    query = condense_query(query)
+    terms = query_terms(query, use_expansion, tokenizer)
     constant, extra = index.scores(terms)
     prior = index.prior
     ranked = sorted(((d, (constant + s) * prior(d)) for d, s in extra.items()), key=lambda kv: (-kv[1], kv[0]))
+    docs = {}
+    if quoted_titles:
+        ranked = _quoted_titles_first(index, query, ranked, docs)
     wanted = k * page
     out, per_page, seen = [], {}, set()
     for doc_no, score in ranked:
-        doc = index.doc(doc_no)
+        doc = docs.get(doc_no) or index.doc(doc_no)
         if source is None:
             if doc["flags"] in ("shadowed", "stale"):
                 continue
