@@ -116,3 +116,23 @@ def test_guide_moves_ahead_of_the_reference_entry_on_its_api():
     weak = [_hit(1, "docstring", ["x.api"], "sig", 10.0), _hit(2, "guide", ["x.api"], "fix", 4.0)]
     _guides_first(weak)
     assert weak[0]["text"] == "sig"   # a weak guide match does not jump the queue
+
+
+class _FakeIndex:
+    def __init__(self, titles):
+        self.titles = titles
+
+    def doc(self, n):
+        return {"title": self.titles[n]}
+
+
+def test_a_quoted_error_title_is_boosted():
+    from fsdp_skill.search import _quoted_titles_first
+
+    idx = _FakeIndex({0: "Long section sharing many words", 1: "Expected to mark a variable ready only once",
+                      2: "DDP"})
+    ranked = [(0, 10.0), (2, 9.5), (1, 7.0)]
+    query = "RuntimeError: Expected to mark a variable ready only once. This error is caused by ... DDP"
+    order = [d for d, _ in _quoted_titles_first(idx, query, ranked, {})]
+    assert order[0] == 1          # the quoted message wins
+    assert order[1:] == [0, 2]    # a short title ("DDP") found in the query by chance gets nothing
