@@ -60,6 +60,24 @@ def test_dev_set_is_well_formed():
     assert [n for q in qs for n in q["relevant"] if not exists(n)] == []
 
 
+HELDOUT = REPO / "tests" / "eval" / "heldout.yaml"
+
+
+@pytest.mark.parametrize("path,size", [(DEV, 120), (HELDOUT, 80)])
+def test_question_sets_carry_answers(path, size):
+    qs = load_questions(path)
+    assert len(qs) >= size
+    assert all(q.get("kind") in ("error", "howto") and q.get("answer_facts") for q in qs), \
+        [q["id"] for q in qs if not q.get("answer_facts")]
+    assert sum(q["kind"] == "error" for q in qs) * 2 >= len(qs) * (1 if path == DEV else 0.8)
+    assert all(t == t.lower() for q in qs for f in q["answer_facts"] for g in f["terms"] for t in g)
+
+
+def test_held_out_threads_are_not_in_the_dev_set():
+    dev = {q["source"] for q in load_questions(DEV)}
+    assert not [q["id"] for q in load_questions(HELDOUT) if q["source"] in dev]
+
+
 def test_eval_cli_meets_the_quality_bar(built_data):
     env = dict(os.environ, FSDP_SKILL_ROOT=str(REPO), FSDP_SKILL_DATA_DIR=str(built_data))
     out = subprocess.run([sys.executable, "-m", "fsdp_skill.cli", "eval", "--questions", str(DEV), "--json"],
