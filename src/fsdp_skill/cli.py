@@ -13,6 +13,9 @@ COMMANDS = {
     "eval": "measure search quality on a question file",
     "validate": "check a skill folder against the Agent Skills spec and our own rules",
     "install": "copy the skill, with its references and index, into an agent's skills folder",
+    "bundle": "write a self-contained zip of the installed skill (references and index included)",
+    "mcp": "serve search, references and examples to an agent over MCP (stdio)",
+    "export": "write llms.txt and llms-full.txt of the references (--llms-txt DIR)",
 }
 
 
@@ -79,6 +82,18 @@ def _dispatch(argv):
         from .skill.install import main as install_main
 
         return install_main(rest)
+    if cmd == "bundle":
+        from .skill.bundle import main as bundle_main
+
+        return bundle_main(rest)
+    if cmd == "export":
+        from .skill.bundle import export_main
+
+        return export_main(rest)
+    if cmd == "mcp":
+        from .mcp_server import main as mcp_main
+
+        return mcp_main(rest)
     print(f"fsdp-skill: error: unknown command {cmd!r}\n{_usage()}", file=sys.stderr)
     return 2
 

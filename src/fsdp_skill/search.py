@@ -44,8 +44,15 @@ def open_fresh(root=None, force=False):
 
         index_file = ensure_index(root, force=force)
     except ImportError as exc:  # listed first: BuildError is unbound when the import failed
-        raise SearchError(f"building the index needs {exc.name}: pip install the skill's "
-                          "dependencies (pip install -e . in the skill folder)") from None
+        # A plain copy of the skill (git clone, npx skills add) in a Python without the build
+        # requirements: one line with the exact command that installs them.
+        from .skill.install import BUILD_MODULES, first_use_hint, missing_build_modules
+
+        need = BUILD_MODULES.get((exc.name or "").partition(".")[0])
+        if need is None:
+            raise SearchError(f"building the index failed to import {exc.name}; the skill's copy is "
+                              "incomplete: install it again") from None
+        raise SearchError(first_use_hint(", ".join(missing_build_modules(with_torch=False)) or need)) from None
     except BuildError as exc:
         raise SearchError(str(exc)) from None
     except OSError as exc:

@@ -200,7 +200,8 @@ def test_refuses_to_install_over_its_source(fake_root, tmp_path):
 
 @pytest.mark.parametrize(
     "agent,env,default",
-    [("claude", "CLAUDE_CONFIG_DIR", ".claude"), ("codex", "CODEX_HOME", ".codex"), ("hermes", "HERMES_HOME", ".hermes")],
+    # codex now reads the shared ~/.agents/skills: tests/skill/test_install_agents.py covers it.
+    [("claude", "CLAUDE_CONFIG_DIR", ".claude"), ("hermes", "HERMES_HOME", ".hermes")],
 )
 def test_agent_folders(agent, env, default, tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))

@@ -9,12 +9,9 @@ checked, and swapped in with one atomic exchange of the two folders (see fsdp_sk
 the installed folder is never missing; a failed or interrupted install leaves the previous copy
 in place, and the next install removes the hidden copies a killed one left.
 
-Where agents look for user skills (checked against their docs, 2026):
-
-* Claude Code: `~/.claude/skills/<name>/SKILL.md` (`$CLAUDE_CONFIG_DIR` moves `~/.claude`).
-* Codex: `$CODEX_HOME/skills` (default `~/.codex/skills`); newer Codex docs list
-  `~/.agents/skills` as the user scope, and `--target ~/.agents/skills` installs there.
-* Hermes Agent: `~/.hermes/skills/` (`$HERMES_HOME` moves `~/.hermes`).
+Where each agent reads skills is in AGENTS below, with the page that documents it. `--agent all`
+installs for every agent whose home folder exists on this machine, once per distinct folder
+(Codex, goose and the shared `.agents/skills` location are one folder).
 """
 
 from __future__ import annotations
@@ -36,18 +33,80 @@ try:
 except ImportError:  # paths.py is the lead's; keep working while it is absent
     SKILL_NAME = "pytorch-fsdp"
 
-# agent -> (environment variable that moves its home, default home under ~)
-AGENT_HOMES = {
-    "claude": ("CLAUDE_CONFIG_DIR", ".claude"),
-    "codex": ("CODEX_HOME", ".codex"),
-    "hermes": ("HERMES_HOME", ".hermes"),
+
+@dataclasses.dataclass(frozen=True)
+class Agent:
+    """Where one agent reads skills.
+
+    home: (environment variable that moves the agent's home, its default under ~, or under
+    $XDG_CONFIG_HOME when `xdg`); `--agent all` installs for the agent when that folder exists.
+    user: the user-scope skills folder, relative to the home (`@home/...`) or to ~ (`~/...`).
+    project: the project-scope skills folder, relative to the project (the current folder);
+    None where the agent reads no project folder.
+    """
+
+    home_env: str | None
+    home: str
+    user: str
+    project: str | None
+    docs: str
+    xdg: bool = False
+
+
+# Checked against each agent's documentation in December 2026; the URL is the page that says so.
+AGENTS = {
+    # Personal ~/.claude/skills/<name>/SKILL.md, project .claude/skills/<name>/SKILL.md;
+    # $CLAUDE_CONFIG_DIR moves ~/.claude.
+    "claude": Agent("CLAUDE_CONFIG_DIR", ".claude", "@home/skills", ".claude/skills",
+                    "https://code.claude.com/docs/en/skills"),
+    # USER scope $HOME/.agents/skills, REPO scope .agents/skills from $CWD up to the repo root
+    # (older releases read $CODEX_HOME/skills, i.e. ~/.codex/skills).
+    "codex": Agent("CODEX_HOME", ".codex", "~/.agents/skills", ".agents/skills",
+                   "https://developers.openai.com/codex/skills"),
+    # The shared location of the Agent Skills ecosystem, read by Codex, Gemini CLI (alias of
+    # ~/.gemini/skills), Cursor, OpenCode, goose and Copilot; see each agent's page here.
+    "agents": Agent(None, ".agents", "@home/skills", ".agents/skills",
+                    "https://geminicli.com/docs/cli/using-agent-skills/"),
+    # User ~/.gemini/skills/ (or the ~/.agents/skills/ alias), workspace .gemini/skills/.
+    "gemini": Agent(None, ".gemini", "@home/skills", ".gemini/skills",
+                    "https://geminicli.com/docs/cli/using-agent-skills/"),
+    # Project .cursor/skills/ (and .agents/skills/), user ~/.cursor/skills/ (and ~/.agents/skills/).
+    "cursor": Agent(None, ".cursor", "@home/skills", ".cursor/skills",
+                    "https://cursor.com/docs/skills"),
+    # Global ~/.config/opencode/skills/<name>/SKILL.md, project .opencode/skills/<name>/SKILL.md.
+    "opencode": Agent(None, "opencode", "@home/skills", ".opencode/skills",
+                      "https://opencode.ai/docs/skills/", xdg=True),
+    # Global ~/.agents/skills/, project .agents/skills/ (the recommended locations; goose also
+    # reads .goose/skills/ and the Claude folders for backward compatibility).
+    "goose": Agent(None, "goose", "~/.agents/skills", ".agents/skills",
+                   "https://block.github.io/goose/docs/guides/context-engineering/using-skills", xdg=True),
+    # Personal ~/.copilot/skills (or ~/.claude/skills, ~/.agents/skills), project .github/skills
+    # (or .claude/skills, .agents/skills); Copilot CLI, cloud agent and VS Code agent mode.
+    "copilot": Agent(None, ".copilot", "@home/skills", ".github/skills",
+                     "https://docs.github.com/en/copilot/how-tos/copilot-cli/customize-copilot/create-skills"),
+    # All skills live in ~/.hermes/skills/ ($HERMES_HOME moves ~/.hermes); other folders only
+    # through `skills.external_dirs` in its config.yaml, so it has no project scope.
+    "hermes": Agent("HERMES_HOME", ".hermes", "@home/skills", None,
+                    "https://hermes-agent.nousresearch.com/docs/user-guide/features/skills"),
 }
+SCOPES = ("user", "project")
+# Kept for callers of the earlier table: agent -> (variable that moves its home, default home).
+AGENT_HOMES = {name: (a.home_env, a.home) for name, a in AGENTS.items()}
 # Top-level folders copied whole (minus caches and temp files).
 TREES = ("scripts", "references", "assets")
 PACKAGE = Path("src") / "fsdp_skill"
 # Generated page folders and the index; they may live outside references/ (see paths.data_dir).
 GENERATED = ("api", "web", "index")
 LOCK_TIMEOUT_S = 120.0
+
+# What building the references and index needs: pyproject.toml's build-time dependencies (the
+# scraper's are not needed; the query path needs none). A copy made by `git clone` or
+# `npx skills add` has no pyproject install behind it, so the first search names these.
+BUILD_REQUIREMENTS = ("markdown-it-py>=3.0", "rank-bm25>=0.2.2", "PyYAML>=6.0", "filelock>=3.12")
+TORCH_REQUIREMENT = "torch>=2.6"
+# import name -> the requirement that provides it
+BUILD_MODULES = {"markdown_it": "markdown-it-py>=3.0", "rank_bm25": "rank-bm25>=0.2.2",
+                 "yaml": "PyYAML>=6.0", "filelock": "filelock>=3.12", "torch": TORCH_REQUIREMENT}
 
 
 class InstallError(Exception):
@@ -64,15 +123,67 @@ class Plan:
         return sum(size for _, _, size in self.files)
 
 
-def agent_skills_dir(agent: str) -> Path:
-    """The folder an agent reads user skills from."""
+def _agent(agent: str) -> Agent:
     try:
-        env, default = AGENT_HOMES[agent]
+        return AGENTS[agent]
     except KeyError:
-        raise InstallError(f"unknown agent '{agent}'; choose one of {', '.join(AGENT_HOMES)}") from None
-    home = os.environ.get(env)
-    base = Path(home).expanduser() if home else Path.home() / default
-    return base / "skills"
+        raise InstallError(f"unknown agent '{agent}'; choose one of {', '.join(AGENTS)}, or all") from None
+
+
+def agent_home(agent: str) -> Path:
+    """The agent's own folder (~/.claude, ~/.config/opencode, ...): it exists when the agent is set up."""
+    a = _agent(agent)
+    moved = os.environ.get(a.home_env) if a.home_env else None
+    if moved:
+        return Path(moved).expanduser()
+    if a.xdg:
+        return Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / a.home
+    return Path.home() / a.home
+
+
+def agent_skills_dir(agent: str, scope: str = "user", project: str | os.PathLike[str] | None = None) -> Path:
+    """The folder an agent reads skills from: user scope, or project scope under `project` (cwd)."""
+    a = _agent(agent)
+    if scope not in SCOPES:
+        raise InstallError(f"unknown scope '{scope}'; choose user or project")
+    if scope == "project":
+        if a.project is None:
+            raise InstallError(f"{agent} reads no project skills folder (only {_shown_user_dir(a)}); use --scope user")
+        return Path(project if project is not None else os.getcwd()) / a.project
+    if a.user.startswith("@home/"):
+        return agent_home(agent) / a.user[len("@home/"):]
+    return Path.home() / a.user[len("~/"):]
+
+
+def _shown_user_dir(a: Agent) -> str:
+    home = f"~/.config/{a.home}" if a.xdg else f"~/{a.home}"
+    return a.user.replace("@home", home)
+
+
+def agents_present() -> list[str]:
+    """The agents whose home folder exists, in AGENTS order."""
+    return [name for name in AGENTS if agent_home(name).is_dir()]
+
+
+def targets_for(agent: str, scope: str = "user", project: str | os.PathLike[str] | None = None,
+                note: Callable[[str], None] | None = None) -> list[tuple[str, Path]]:
+    """[(agents, skills folder)] to install into: one agent, or `all` (each distinct folder once)."""
+    if agent != "all":
+        return [(agent, agent_skills_dir(agent, scope, project))]
+    found = agents_present()
+    if not found:
+        homes = ", ".join(str(agent_home(a)) for a in AGENTS)
+        raise InstallError(f"no agent found (none of {homes} exists); name one with --agent")
+    out: dict[str, tuple[list[str], Path]] = {}
+    for name in found:
+        if scope == "project" and AGENTS[name].project is None:
+            if note:
+                note(f"note: skipping {name}: it reads no project skills folder")
+            continue
+        folder = agent_skills_dir(name, scope, project)
+        key = os.path.normcase(os.path.abspath(folder))
+        out.setdefault(key, ([], folder))[0].append(name)
+    return [(", ".join(names), folder) for names, folder in out.values()]
 
 
 def _skipped(name: str) -> bool:
@@ -84,6 +195,73 @@ def _skipped(name: str) -> bool:
         or name.endswith((".pyc", ".pyo", ".tmp", ".lock", ".egg-info"))
         or ".tmp-" in name
     )
+
+
+def _quote(arg: str) -> str:
+    import shlex
+
+    return shlex.quote(arg)
+
+
+def _externally_managed() -> bool:
+    """A distribution's Python that refuses `pip install` outside a venv (PEP 668)."""
+    if sys.prefix != getattr(sys, "base_prefix", sys.prefix):
+        return False  # a virtual environment: pip installs there
+    import sysconfig
+
+    stdlib = sysconfig.get_path("stdlib")
+    return bool(stdlib) and os.path.isfile(os.path.join(stdlib, "EXTERNALLY-MANAGED"))
+
+
+def build_requirements_command(with_torch: bool = False, python: str | None = None,
+                               rerun: list[str] | None = None) -> str:
+    """The one shell command that gives this Python what building the index needs.
+
+    `python -m pip install ...` with the build requirements (torch first when it is missing
+    too); `ensurepip` first in a venv made without pip; and, for a distribution's Python that
+    refuses pip (PEP 668), a venv in the user cache with the search re-run by its Python.
+    """
+    python = python or sys.executable or "python3"
+    reqs = ([TORCH_REQUIREMENT] if with_torch else []) + list(BUILD_REQUIREMENTS)
+    pip_args = " ".join(_quote(r) for r in reqs)
+    if _externally_managed():
+        from fsdp_skill.paths import user_cache_dir
+
+        venv = os.path.join(user_cache_dir(), "venv")
+        vpy = os.path.join(venv, "bin", "python")
+        cmd = f"{_quote(python)} -m venv {_quote(venv)} && {_quote(vpy)} -m pip install {pip_args}"
+        if rerun:
+            cmd += " && " + " ".join(_quote(a) for a in [vpy, *rerun])
+        return cmd
+    import importlib.util
+
+    prefix = "" if importlib.util.find_spec("pip") else f"{_quote(python)} -m ensurepip && "
+    return f"{prefix}{_quote(python)} -m pip install {pip_args}"
+
+
+def missing_build_modules(with_torch: bool = True) -> list[str]:
+    """The requirements of BUILD_MODULES this Python cannot import (found without importing)."""
+    import importlib.util
+
+    out = []
+    for module, req in BUILD_MODULES.items():
+        if module == "torch" and not with_torch:
+            continue
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            out.append(req)
+    return out
+
+
+def first_use_hint(missing: str, with_torch: bool = False, rerun: list[str] | None = None) -> str:
+    """One line for a search that cannot build its index: what is missing, the exact fix."""
+    cmd = build_requirements_command(with_torch=with_torch, rerun=rerun)
+    then = "" if _externally_managed() and rerun else ", then search again"
+    return (f"building the search index needs {missing}, which this Python ({sys.executable}) lacks; "
+            f"run: {cmd}{then}")
 
 
 def _walk(src: Path, prefix: str) -> list[tuple[str, Path, int]]:
@@ -343,9 +521,16 @@ def main(argv: list[str] | None = None) -> int:
     where.add_argument("--target", metavar="DIR", help="skills folder to install into")
     where.add_argument(
         "--agent",
-        choices=sorted(AGENT_HOMES),
-        help="install into that agent's user skills folder: "
-        + ", ".join(f"{a} -> ~/{h}/skills" for a, (_, h) in sorted(AGENT_HOMES.items())),
+        choices=[*AGENTS, "all"],
+        metavar="NAME",
+        help="install where that agent reads skills (user scope: "
+        + ", ".join(f"{n} {_shown_user_dir(a)}" for n, a in AGENTS.items())
+        + "); all: every agent whose home folder exists",
+    )
+    parser.add_argument(
+        "--scope", choices=SCOPES, default=None,
+        help="with --agent: user (default; the agent's folder in your home) or project (the agent's "
+        "folder in the current directory, e.g. .claude/skills, .agents/skills)",
     )
     parser.add_argument("--dry-run", action="store_true", help="list what would be written; write nothing")
     parser.add_argument(
@@ -357,11 +542,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.target is not None and not args.target.strip():
         parser.error("--target must name a folder, not an empty string")
+    if args.scope is not None and args.agent is None:
+        parser.error("--scope goes with --agent (--target names the folder itself)")
+    scope = args.scope or "user"
+    if args.agent not in (None, "all") and scope == "project" and AGENTS[args.agent].project is None:
+        parser.error(f"{args.agent} reads no project skills folder; use --scope user")
 
     previous_handler = _terminate_as_exception()
     try:
-        target = Path(args.target) if args.target is not None else agent_skills_dir(args.agent)
-        install(target, dry_run=args.dry_run, build=not args.no_build, verify=not args.no_verify)
+        if args.target is not None:
+            targets = [("", Path(args.target))]
+        else:
+            targets = targets_for(args.agent, scope, note=lambda m: print(f"fsdp-skill install: {m}", file=sys.stderr))
+        for n, (_, target) in enumerate(targets):
+            # One build is enough: later copies take the references and index the first one built.
+            install(target, dry_run=args.dry_run, build=not args.no_build and n == 0, verify=not args.no_verify)
     except _Terminated:
         print("fsdp-skill install: terminated; the previous copy is left in place", file=sys.stderr)
         return 143
