@@ -6,7 +6,14 @@ starting and stopping the process group (also as a plain single process),
 seeded data, a small transformer, the per-step log line, the final JSON
 summary and one-line errors for a bad launch.
 
-Copy this file next to any example you copy; it depends only on torch.
+Copy this file next to any example you copy; it depends only on torch (not
+numpy, which torch does not install).
+
+Exit: after a run that used gloo, ``run`` ends the process with ``os._exit``
+once the work is done and the group destroyed (see ``run`` for why).  That
+skips ``atexit`` handlers, so a project that copies ``run`` and registers
+its own (experiment trackers, profiler exports) should close them before
+``main`` returns, or set ``DIST_EXAMPLES_CLEAN_EXIT=1``.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import argparse
 import contextlib
 import datetime
 import json
+import logging
 import os
 import sys
 from dataclasses import dataclass
@@ -157,44 +165,91 @@ class Dist:
     local_rank: int
     device: torch.device
     backend: str
+    pg_backend: str = ""  # what init_process_group got, e.g. "cuda:nccl,cpu:gloo"
+    launch: int = 1       # 1 on the first start, n on the (n-1)th restart; equal on all ranks
 
     @property
     def is_main(self) -> bool:
         return self.rank == 0
 
 
+def with_cpu_backend(spec: str) -> str:
+    """``spec`` plus gloo for CPU tensors, unless a backend in it already serves them.
+
+    "nccl" -> "cuda:nccl,cpu:gloo" (as torchtitan does for CPU offload);
+    "gloo" and "cpu:gloo,cuda:nccl" stay as they are.
+    """
+    if ":" in spec:
+        bound = dict(part.split(":", 1) for part in spec.split(","))
+    else:
+        bound = {dev: spec for dev in dist.Backend.backend_capability.get(spec.lower(), [])}
+    if "cpu" in bound:
+        return spec
+    return ",".join(f"{dev}:{name}" for dev, name in bound.items()) + ",cpu:gloo"
+
+
+def launch_number(store: dist.Store, rank: int, world: int) -> int:
+    """How many times this rank has been started in this job, the same on every rank.
+
+    Every rank bumps its own counter once per start, so the ranks of one
+    start read the same number whichever agent restarted them.
+    TORCHELASTIC_RESTART_COUNT cannot serve: it counts per agent, and an agent
+    that restarts its workers because another node failed (a membership
+    change) does not count that restart, so two nodes can disagree.  Keyed
+    by world size too, so an elastic resize starts a fresh count.  A rank
+    killed before it got here (during its imports) falls one behind: the next
+    init then times out and the job fails, rather than mixing namespaces.
+    """
+    return store.add(f"examples/launch/{world}/{rank}", 1)
+
+
+_GLOO_USED = False
+
+
 @contextlib.contextmanager
-def distributed(args: argparse.Namespace) -> Iterator[Dist]:
+def distributed(args: argparse.Namespace, *, cpu_collectives: bool = False) -> Iterator[Dist]:
     """Start the default process group; always destroy it on the way out.
 
     Under torchrun the env:// rendezvous variables are set.  As a plain
     ``python script.py`` there are none, so a private in-memory store gives a
     real world-size-1 group and every collective still runs.
+
+    ``cpu_collectives``: the run also has collectives on CPU tensors (FSDP2
+    CPU offload leaves gradients in host memory, and ``clip_grad_norm_``
+    all-reduces their norms there), so the group gets a gloo backend for CPU
+    next to NCCL, which serves CUDA tensors only.  Without it such a run
+    fails at world size >= 2 with "No backend type associated with device
+    type cpu"; at world size 1 nothing is communicated, so one GPU never shows it.
     """
+    global _GLOO_USED
     world = world_size_from_env()
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = pick_device(args.device, local_rank)
     backend = pick_backend(args.backend, device)
+    spec = with_cpu_backend(backend) if cpu_collectives else backend
+    _GLOO_USED = "gloo" in spec
     timeout = datetime.timedelta(seconds=args.timeout_s)
     # Binding the device lets NCCL set up communicators eagerly on one GPU.
     device_id = device if device.type != "cpu" else None
     if "MASTER_ADDR" in os.environ:
         # torchrun restarts workers against the same agent store, where the
-        # previous attempt's peers left their addresses: the new group would
-        # dial dead sockets (pytorch/pytorch#167288).  A per-attempt key
-        # prefix gives every attempt a clean namespace.
+        # previous start's peers left their addresses: the new group would
+        # dial dead sockets (pytorch/pytorch#167288).  A per-start key prefix
+        # gives every start a clean namespace; it must be the same on all
+        # nodes, or init waits out the timeout (see launch_number).
         store, rank, world = next(dist.rendezvous("env://", timeout=timeout))
-        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-        dist.init_process_group(backend, store=dist.PrefixStore(f"attempt_{attempt}", store),
+        launch = launch_number(store, rank, world)
+        dist.init_process_group(spec, store=dist.PrefixStore(f"launch_{launch}", store),
                                 rank=rank, world_size=world, timeout=timeout, device_id=device_id)
     else:
         if world != 1:
             raise LaunchError(f"WORLD_SIZE={world} but no MASTER_ADDR; launch with torchrun")
-        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1,
+        launch = 1
+        dist.init_process_group(spec, store=dist.HashStore(), rank=0, world_size=1,
                                 timeout=timeout, device_id=device_id)
     try:
-        yield Dist(dist.get_rank(), dist.get_world_size(), local_rank, device, backend)
+        yield Dist(dist.get_rank(), dist.get_world_size(), local_rank, device, backend, spec, launch)
         # Tear down together: a rank that destroys its gloo group while a peer
         # is still using the connections can abort the peer at exit.
         dist.barrier()
@@ -213,11 +268,14 @@ def run(main: Callable[[Sequence[str] | None], None], argv: Sequence[str] | None
     except KeyboardInterrupt:
         sys.exit(130)
     # The work is done and the process group destroyed. Under CPU contention, interpreter
-    # teardown of torch 2.13's gloo/c10d threads sometimes aborts a rank ("terminate called
+    # teardown of torch 2.13's gloo threads sometimes aborts a rank ("terminate called
     # without an active exception", SIGABRT: 3 runs in 12 here), failing a finished job.
-    # Skipping the teardown avoids it: 0 in 28. Only for a real command line (argv None), so
-    # a caller running main in-process keeps its interpreter.
-    if argv is None:
+    # Skipping the teardown avoids it: 0 in 28. It also skips atexit handlers, so it is
+    # done only where it is needed: a real command line (argv None; a caller running main
+    # in-process keeps its interpreter) after a group with gloo in it. NCCL-only runs exit
+    # normally; DIST_EXAMPLES_CLEAN_EXIT=1 asks for a normal exit always.
+    if argv is None and _GLOO_USED and os.environ.get("DIST_EXAMPLES_CLEAN_EXIT") != "1":
+        logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
@@ -311,10 +369,12 @@ class ToyTransformer(nn.Module):
         self.layers = nn.ModuleDict({str(i): Block(dim, n_heads) for i in range(n_layers)})
         self.norm = nn.LayerNorm(dim)
         self.output = nn.Linear(dim, vocab, bias=False)
+        # A buffer, as real models have (RoPE tables): not a parameter, so FSDP
+        # neither shards nor offloads it, and it is not in the state dict.
+        self.register_buffer("positions", torch.arange(max_seq), persistent=False)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        pos = torch.arange(tokens.shape[1], device=tokens.device)
-        h = self.tok_embeddings(tokens) + self.pos_embeddings(pos)
+        h = self.tok_embeddings(tokens) + self.pos_embeddings(self.positions[: tokens.shape[1]])
         for block in self.layers.values():
             h = block(h)
         return self.output(self.norm(h))
@@ -322,7 +382,8 @@ class ToyTransformer(nn.Module):
     @torch.no_grad()
     def init_weights(self, seed: int) -> None:
         """Deterministic init that also works after ``to_empty`` on a meta-built
-        model: every parameter is rewritten, in a fixed order, from one seed."""
+        model: every parameter is rewritten, in a fixed order, from one seed,
+        and the buffer too (``to_empty`` leaves it uninitialised)."""
         g = torch.Generator(device="cpu").manual_seed(seed)
         for name, p in sorted(self.named_parameters()):
             if name.endswith("bias"):
@@ -332,6 +393,7 @@ class ToyTransformer(nn.Module):
             else:
                 new = torch.randn(p.shape, generator=g) * 0.02
             copy_full_into(p, new)
+        self.positions.copy_(torch.arange(self.positions.numel(), device=self.positions.device))
 
 
 def copy_full_into(p: torch.Tensor, full: torch.Tensor) -> None:
@@ -339,7 +401,10 @@ def copy_full_into(p: torch.Tensor, full: torch.Tensor) -> None:
     from torch.distributed.tensor import DTensor, distribute_tensor
 
     if isinstance(p, DTensor):
-        full = distribute_tensor(full.to(p.device_mesh.device_type), p.device_mesh, p.placements)
+        # src_data_rank=None: every rank holds the same full tensor, so each slices its
+        # own shard locally instead of receiving it from rank 0 (one scatter per parameter).
+        full = distribute_tensor(full.to(p.device_mesh.device_type), p.device_mesh, p.placements,
+                                 src_data_rank=None)
         p.to_local().copy_(full.to_local())
     else:
         p.copy_(full.to(p.device))
@@ -347,6 +412,31 @@ def copy_full_into(p: torch.Tensor, full: torch.Tensor) -> None:
 
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
+
+
+def exact_fp32() -> None:
+    """Turn TF32 off for CUDA matmuls and cuDNN, for comparisons at 1e-5.
+
+    TF32 keeps 10 mantissa bits; an environment that enabled it
+    (``torch.set_float32_matmul_precision("high")``) would fail a parity check
+    with no hint.  torch 2.13 has two APIs for this and raises when code later
+    *reads* a flag after the two were mixed (inductor reads
+    ``get_float32_matmul_precision``).  These legacy setters left every getter
+    readable whichever API had enabled TF32 before; only after the generic
+    ``torch.backends.fp32_precision = "tf32"`` do cuDNN convolutions keep TF32.
+    """
+    torch.set_float32_matmul_precision("highest")
+    torch.backends.cudnn.allow_tf32 = False
+
+
+def fp32_precision() -> dict[str, str]:
+    """The fp32 math mode in effect, for the summary: "ieee" or "tf32" ("none" for
+    matmuls: the default, full fp32 unless ``torch.backends.fp32_precision`` says otherwise)."""
+    try:
+        cudnn = "tf32" if torch.backends.cudnn.allow_tf32 else "ieee"
+    except RuntimeError:  # legacy and new API mixed: the per-op setting is still readable
+        cudnn = torch.backends.cudnn.conv.fp32_precision
+    return {"cuda_matmul": torch.backends.cuda.matmul.fp32_precision, "cudnn": cudnn}
 
 
 # --------------------------------------------------------------------------
@@ -400,12 +490,57 @@ def log_step(d: Dist, step: int, loss: float, **extra: object) -> None:
         print(f"step {step:4d}  loss {loss:.6f}{tail}", flush=True)
 
 
+def peak_memory(d: Dist) -> dict[str, list[int]]:
+    """Per-rank peak accelerator memory (bytes) since the start; {} on CPU. A collective.
+
+    Allocated is what tensors held; reserved is what the caching allocator
+    took from the driver, and fragmentation shows up there first, so an OOM
+    can come with allocated well below the card's size.
+    """
+    if d.device.type != "cuda":
+        return {}
+    mine = torch.tensor([torch.cuda.max_memory_allocated(d.device), torch.cuda.max_memory_reserved(d.device)],
+                        dtype=torch.float64, device=d.device)
+    every = torch.zeros(d.world_size, 2, dtype=torch.float64, device=d.device)
+    dist.all_gather_into_tensor(every, mine)
+    return {"peak_mem_allocated_bytes": [int(v) for v in every[:, 0].tolist()],
+            "peak_mem_reserved_bytes": [int(v) for v in every[:, 1].tolist()]}
+
+
 def summary(d: Dist, script: str, losses: list[float], steps: int, **extra: object) -> None:
-    """The last stdout line on rank 0: one JSON object for tests and tools."""
+    """The last stdout line on rank 0: one JSON object for tests and tools.
+
+    Every rank must call it (on CUDA it gathers the peak memory of all ranks).
+    """
+    mem = peak_memory(d)
     if d.is_main:
         rec = {"script": os.path.basename(script), "world_size": d.world_size, "backend": d.backend,
-               "device": d.device.type, "steps": steps, "losses": losses, **extra}
+               "pg_backend": d.pg_backend, "launch": d.launch, "device": d.device.type, "steps": steps,
+               "losses": losses, "fp32_precision": fp32_precision(), **mem, **extra}
         print(json.dumps(rec, sort_keys=True), flush=True)
+
+
+def require_numpy(what: str) -> None:
+    """One line instead of a deep traceback when numpy is missing but torch needs it.
+
+    torch does not install numpy, yet in torch 2.13 its object collectives
+    (``all_gather_object``, ``broadcast_object_list``, ``gather_object``, which
+    ``dcp.save`` and ``dcp.load`` use for their plans) unpickle through
+    ``Tensor.numpy()`` (``distributed_c10d._tensor_to_object``).
+    """
+    try:
+        torch.zeros(1).numpy()
+    except RuntimeError:
+        raise LaunchError(f"numpy is needed for {what} (torch's object collectives call "
+                          "Tensor.numpy()); pip install numpy") from None
+
+
+def tensor_bytes(t: torch.Tensor) -> bytes:
+    """A tensor's raw bytes with torch alone (``.numpy()`` needs numpy, which torch
+    does not install). The clone owns a storage of exactly the tensor's size; a
+    view's storage can be larger."""
+    flat = t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).clone()
+    return bytes(flat.untyped_storage())
 
 
 def state_digest(model, opt) -> str | None:
@@ -424,7 +559,6 @@ def state_digest(model, opt) -> str | None:
     for fqn, st in optim_sd["state"].items():
         flat.update({f"optim.{fqn}.{k}": v for k, v in st.items()})
     for k in sorted(flat):
-        v = torch.as_tensor(flat[k]).detach().cpu().contiguous()
         h.update(k.encode())
-        h.update(v.float().numpy().tobytes() if v.dtype == torch.bfloat16 else v.numpy().tobytes())
+        h.update(tensor_bytes(torch.as_tensor(flat[k])))
     return h.hexdigest()

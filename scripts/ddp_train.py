@@ -56,12 +56,15 @@ def build_model(seed: int) -> nn.Module:
     return nn.Sequential(nn.Linear(IN_FEATURES, 64), nn.ReLU(), nn.Linear(64, 1))
 
 
-def make_loader(dataset, world_size: int, rank: int, batch_size: int, seed: int) -> DataLoader:
+def make_loader(dataset, world_size: int, rank: int, batch_size: int, seed: int,
+                pin_memory: bool = False) -> DataLoader:
     # drop_last keeps every rank's batch count equal: DDP needs matching
     # collective calls on every rank (see join_uneven.py for the uneven case).
     sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True,
                                  seed=seed, drop_last=True)
-    return DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=True)
+    # Pinned host memory lets .to(device, non_blocking=True) copy asynchronously.
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=True,
+                      pin_memory=pin_memory)
 
 
 def endless(loader: DataLoader):
@@ -85,17 +88,20 @@ def main(argv=None) -> None:
     with common.distributed(args) as d:
         model = build_model(args.seed).to(d.device)
         # device_ids only for accelerators; on CPU DDP uses the module's device.
+        # gradient_as_bucket_view: .grad are views into DDP's communication buckets, not
+        # a second copy of every gradient (one model's worth of memory saved).
         ddp = DDP(model, device_ids=[d.device.index] if d.device.type != "cpu" else None,
-                  static_graph=args.static_graph)
+                  static_graph=args.static_graph, gradient_as_bucket_view=True)
         opt = torch.optim.SGD(ddp.parameters(), lr=args.lr)
 
-        loader = make_loader(make_dataset(args.seed), d.world_size, d.rank, args.batch_size, args.seed)
+        loader = make_loader(make_dataset(args.seed), d.world_size, d.rank, args.batch_size, args.seed,
+                             pin_memory=d.device.type == "cuda")
         batches = endless(loader)
         losses = []
         for step in range(args.steps):
             step_loss = torch.zeros((), device=d.device)
             for micro in range(args.accum_steps):
-                x, y = (t.to(d.device) for t in next(batches))
+                x, y = (t.to(d.device, non_blocking=True) for t in next(batches))
                 sync = micro == args.accum_steps - 1 or args.static_graph
                 # no_sync: gradients accumulate locally; the last backward syncs them all.
                 with contextlib.nullcontext() if sync else ddp.no_sync():

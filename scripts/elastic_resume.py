@@ -7,8 +7,10 @@
         --ckpt-dir ckpt --fail-at-step 5
 
 When any worker dies, torchrun (the elastic agent) stops the others and, up to
-``--max-restarts`` times, starts them all again.  Restarting is only useful if
-the script picks up where it left off, exactly:
+``--max-restarts`` times, starts them all again (on several nodes every
+agent restarts its workers; the process group's store namespace comes from
+a launch number all nodes agree on, see ``_dist_common.launch_number``).
+Restarting is only useful if the script picks up where it left off, exactly:
 
 - checkpoints are committed atomically: every rank writes into
   ``step_N.tmp``, then, after a barrier, rank 0 renames it to ``step_N``; a
@@ -29,7 +31,9 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import stat
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -60,6 +64,7 @@ def save_checkpoint(root: str, next_step: int, state: dict, keep: int) -> None:
     tmp = final + ".tmp"
     dcp.save(state, checkpoint_id=tmp)
     maybe_fail("save", next_step - 1)
+    seal_checkpoint(tmp)  # each rank after its own shards are written, before the commit
     dist.barrier()  # every rank's shards are on disk
     if dist.get_rank() == 0:
         os.replace(tmp, final)  # the commit: atomic on one filesystem
@@ -79,16 +84,70 @@ def remove_partial_checkpoints(root: str) -> list[str]:
     return stale
 
 
+def refuse_untrusted_checkpoint(path: str) -> None:
+    """Refuse a checkpoint folder that someone other than this user could have written.
+
+    Loading a DCP checkpoint runs code from it: ``dcp.load`` unpickles ``.metadata``
+    (``FileSystemReader.read_metadata`` calls ``pickle.load``) and ``torch.load``s byte
+    entries with ``weights_only=False``. A checkpoint is therefore only as trustworthy as
+    whoever can write it, so the folder and every file and folder in it must be owned by
+    this user and carry no group or other write bit. Self-contained (no import of the
+    skill's package) so the script still works when copied on its own.
+    """
+    if not hasattr(os, "geteuid"):  # no POSIX owners or modes to check (Windows)
+        return
+    uid = os.geteuid()
+    for dirpath, dirnames, filenames in os.walk(path):
+        for p in [dirpath] + [os.path.join(dirpath, n) for n in dirnames + filenames]:
+            try:
+                st = os.stat(p)  # follows symlinks: what torch would open
+            except OSError as e:
+                raise common.LaunchError(f"checkpoint {path}: cannot check {p}: {e.strerror}") from None
+            if st.st_uid != uid:
+                raise common.LaunchError(
+                    f"refusing checkpoint {path}: {p} is owned by uid {st.st_uid}, not by you "
+                    f"(uid {uid}); loading a checkpoint runs pickled code from it")
+            if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+                who = "its group" if not st.st_mode & stat.S_IWOTH else "other users"
+                raise common.LaunchError(
+                    f"refusing checkpoint {path}: {p} is writable by {who}, and loading a "
+                    f"checkpoint runs pickled code from it (if you trust it: chmod -R go-w {path})")
+
+
+def seal_checkpoint(path: str) -> None:
+    """Clear the group and other write bits of a checkpoint this process just saved.
+
+    Under a permissive umask (0002) DCP's files come out group-writable, and
+    ``refuse_untrusted_checkpoint`` would then refuse this user's own checkpoint.
+    """
+    if not hasattr(os, "geteuid"):
+        return
+    for dirpath, dirnames, filenames in os.walk(path):
+        for p in [dirpath] + [os.path.join(dirpath, n) for n in dirnames + filenames]:
+            try:
+                st = os.lstat(p)
+                if st.st_uid == os.geteuid() and not stat.S_ISLNK(st.st_mode) \
+                        and st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+                    os.chmod(p, stat.S_IMODE(st.st_mode) & ~(stat.S_IWGRP | stat.S_IWOTH))
+            except OSError:
+                pass  # another rank's file on a local disk, or one just renamed: not ours to fix
+
+
 _FAIL: dict = {}
 
 
 def maybe_fail(where: str, step: int) -> None:
-    """Injected crash for the fault test: first attempt only, one rank, hard exit."""
-    if (_FAIL.get("where") == where and _FAIL.get("step") == step
-            and dist.get_rank() == _FAIL.get("rank")
-            and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"):
+    """Injected crash for the fault test: first start only, one rank, hard exit."""
+    # The launch number, not TORCHELASTIC_RESTART_COUNT: on several nodes that count is
+    # per agent, and the agents of healthy nodes keep 0 when they restart theirs.
+    if _FAIL.get("where") != where or _FAIL.get("step") != step or _FAIL.get("launch") != 1:
+        return
+    if dist.get_rank() == _FAIL.get("rank"):
         print(f"[rank {dist.get_rank()}] injected failure at step {step} ({where})", flush=True)
         os._exit(13)  # no cleanup, like a killed process
+    # NCCL peers of a dead rank hang in their next collective, so their agent restarts them
+    # for the membership change (not counted as a restart); gloo peers would error out at once.
+    time.sleep(_FAIL.get("hang_s", 0.0))
 
 
 
@@ -102,13 +161,17 @@ def main(argv=None) -> None:
     p.add_argument("--max-norm", type=float, default=1.0)
     p.add_argument("--fail-at-step", type=int, default=-1, help="inject a crash at this step (first attempt)")
     p.add_argument("--fail-rank", type=int, default=1)
+    p.add_argument("--fail-hang-s", type=float, default=0.0,
+                   help="the other ranks wait this long at the injected failure, as NCCL ranks hang")
     p.add_argument("--fail-in", choices=["step", "save"], default="step",
                    help="crash during the step's backward, or during its checkpoint (after the "
                         "shards are written, before the commit)")
     args = p.parse_args(argv)
-    _FAIL.update(where=args.fail_in, step=args.fail_at_step, rank=args.fail_rank)
+    _FAIL.update(where=args.fail_in, step=args.fail_at_step, rank=args.fail_rank, hang_s=args.fail_hang_s)
+    common.require_numpy("dcp.save and dcp.load")
 
     with common.distributed(args) as d:
+        _FAIL["launch"] = d.launch
         mesh = init_device_mesh(d.device.type, (d.world_size,), mesh_dim_names=("dp_shard",))
         model = common.ToyTransformer().to(d.device)
         model.init_weights(args.seed)
@@ -125,6 +188,9 @@ def main(argv=None) -> None:
         dist.broadcast_object_list(found, src=0)
         start, history = 0, []
         if found[0]:
+            # dcp.load unpickles the checkpoint, and any step_* folder in --ckpt-dir is picked
+            # up: refuse one another user could have written (or planted) before reading it.
+            refuse_untrusted_checkpoint(found[0])
             model_sd, optim_sd = get_state_dict(model, opt)
             state = {"model": model_sd, "optim": optim_sd, "trainer": {"next_step": 0, "losses": []}}
             dcp.load(state, checkpoint_id=found[0])
@@ -150,8 +216,13 @@ def main(argv=None) -> None:
                                  "trainer": {"next_step": step + 1, "losses": list(history)}},
                                 args.keep)
 
+        # Per rank: agents count restarts separately, so on several nodes these can differ.
+        counts = torch.zeros(d.world_size, dtype=torch.int64, device=d.device)
+        counts[d.rank] = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+        dist.all_reduce(counts)
         common.summary(d, __file__, history, args.steps, resumed_from=found[0], start_step=start,
                        restart_count=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
+                       restart_counts=counts.tolist(),
                        removed_partial=removed, final_digest=common.state_digest(model, opt))
 
 

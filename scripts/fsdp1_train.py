@@ -4,6 +4,7 @@
     torchrun --nproc-per-node 2 scripts/fsdp1_train.py
     torchrun --nproc-per-node 2 scripts/fsdp1_train.py --sharding-strategy SHARD_GRAD_OP
     torchrun --nproc-per-node 8 scripts/fsdp1_train.py --mixed-precision bf16   # CUDA
+    torchrun --nproc-per-node 2 scripts/fsdp1_train.py --save-full model.pt     # full state dict
 
 What it shows:
 - ``transformer_auto_wrap_policy``: every transformer ``Block`` becomes its own
@@ -16,8 +17,9 @@ What it shows:
 - ``model.clip_grad_norm_``: FSDP1 needs its own method, since each rank sees
   only a shard of the gradients;
 - ``state_dict_type``: FULL_STATE_DICT (gathered, offloaded to CPU, only on
-  rank 0: what a non-distributed consumer wants) versus SHARDED_STATE_DICT
-  (each rank keeps its shard: what a distributed checkpoint wants).
+  rank 0: what a non-distributed consumer wants; ``--save-full`` writes it
+  with ``torch.save``) versus SHARDED_STATE_DICT (each rank keeps its shard:
+  what a distributed checkpoint wants).
 
 Moving to FSDP2 (fsdp2_train.py): replace the wrapper with ``fully_shard``
 calls on each block and then the root (no auto-wrap policy: you call it
@@ -51,9 +53,8 @@ STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD")
 
 
 def wrap_fsdp1(model: torch.nn.Module, d: common.Dist, strategy: str, mp: str) -> FSDP:
+    """``mp``: "bf16" or "off" (already resolved from "auto")."""
     policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={common.Block})
-    if mp == "auto":
-        mp = "bf16" if d.device.type == "cuda" else "off"
     mixed = (MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.float32,
                             buffer_dtype=torch.bfloat16) if mp == "bf16" else None)
     return FSDP(
@@ -69,14 +70,18 @@ def wrap_fsdp1(model: torch.nn.Module, d: common.Dist, strategy: str, mp: str) -
     )
 
 
-def state_dict_report(model: FSDP, d: common.Dist) -> dict:
-    """Take both state dict kinds; report what each rank holds."""
+def state_dict_report(model: FSDP, d: common.Dist, save_full: str | None) -> dict:
+    """Take both state dict kinds; report what each rank holds; rank 0 saves the full one."""
     # offload_to_cpu moves gathered tensors off the GPU.  On a CPU run it must
     # stay off: in torch 2.13 the state dict then aliases freed unsharded
     # storage and cloning it segfaults.
     full_cfg = FullStateDictConfig(offload_to_cpu=d.device.type != "cpu", rank0_only=True)
     with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT, full_cfg):
         full = model.state_dict()  # collective: every rank must call it
+    if save_full and d.is_main:
+        # Plain tensors under the original names: torch.load(..., weights_only=True)
+        # reads it into an unwrapped model, with no process group.
+        torch.save({k: v.clone() for k, v in full.items()}, save_full)
     with FSDP.state_dict_type(model, StateDictType.SHARDED_STATE_DICT, ShardedStateDictConfig()):
         sharded = model.state_dict()
     # FSDP1 hands out the legacy ShardedTensor (FSDP2 and DCP use DTensor).
@@ -86,7 +91,6 @@ def state_dict_report(model: FSDP, d: common.Dist) -> dict:
     return {
         # rank0_only: the other ranks get an empty dict (no host memory spent).
         "full_keys": sorted(full),
-        "full_sums": {k: v.double().sum().item() for k, v in full.items()},
         "sharded_local_numel": local_numel,
         "sharded_value_types": sorted({type(v).__name__ for v in sharded.values()}),
     }
@@ -97,29 +101,36 @@ def main(argv=None) -> None:
     p.add_argument("--batch-size", type=common.positive_int, default=4, help="per rank")
     p.add_argument("--max-norm", type=float, default=1.0)
     p.add_argument("--sharding-strategy", choices=STRATEGIES, default="FULL_SHARD")
-    p.add_argument("--mixed-precision", choices=["auto", "bf16", "off"], default="auto")
+    p.add_argument("--mixed-precision", choices=["auto", "bf16", "off"], default="auto",
+                   help="auto: bf16 on CUDA, off on CPU")
+    p.add_argument("--save-full", metavar="FILE", help="rank 0 saves the gathered full state dict here")
     args = p.parse_args(argv)
 
     with common.distributed(args) as d:
+        mp = args.mixed_precision
+        if mp == "auto":
+            mp = "bf16" if d.device.type == "cuda" else "off"
         model = common.ToyTransformer()
         model.init_weights(args.seed)  # same on every rank; FSDP shards it in place
-        model = wrap_fsdp1(model, d, args.sharding_strategy, args.mixed_precision)
+        model = wrap_fsdp1(model, d, args.sharding_strategy, mp)
         opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
 
-        losses = []
+        losses, norms = [], []
         for step in range(args.steps):
             x, y = (t.to(d.device) for t in common.token_batch(args.seed, d.rank, step, args.batch_size))
             loss = common.lm_loss(model(x), y)
             loss.backward()
-            model.clip_grad_norm_(args.max_norm)
+            # The norm before clipping, over all shards.
+            norms.append(model.clip_grad_norm_(args.max_norm).item())
             opt.step()
             opt.zero_grad(set_to_none=True)
             losses.append(common.mean_across_ranks(loss))
-            common.log_step(d, step, losses[-1])
+            common.log_step(d, step, losses[-1], grad_norm=f"{norms[-1]:.4f}")
 
-        report = state_dict_report(model, d)
+        report = state_dict_report(model, d, args.save_full)
         common.summary(d, __file__, losses, args.steps, sharding_strategy=args.sharding_strategy,
-                       mixed_precision=args.mixed_precision, **report)
+                       mixed_precision=mp, param_dtype="bfloat16" if mp == "bf16" else "float32",
+                       reduce_dtype="float32", grad_norms=norms, **report)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,14 @@ checks need fp32, so CPU defaults to fp32.
 
 ``--cpu-offload`` (CPUOffloadPolicy) keeps sharded parameters, gradients and
 optimizer state in host memory and copies them to the accelerator for
-compute; it needs an accelerator, so on CPU the script refuses it.
+compute; it needs an accelerator, so on CPU the script refuses it.  Two
+things come with it: the process group gets gloo for CPU tensors next to
+NCCL (``cuda:nccl,cpu:gloo``), because clipping all-reduces the norms of the
+host-side gradients; and buffers are moved to the accelerator by hand, since
+the policy offloads parameters only.
+
+``--check-parity`` turns TF32 off (fp32 matmuls at full precision); the
+summary's ``fp32_precision`` says which mode a run had.
 """
 
 from __future__ import annotations
@@ -82,13 +89,33 @@ def apply_prefetch(model: common.ToyTransformer) -> None:
             block.set_modules_to_backward_prefetch([blocks[i - 1]])
 
 
+def resolve_mixed_precision(choice: str, device: torch.device) -> str:
+    return ("bf16" if device.type == "cuda" else "off") if choice == "auto" else choice
+
+
+def dtype_name(dtype: torch.dtype | None) -> str:
+    """A policy's dtype as the summary reports it; None means the parameters' own (fp32)."""
+    return str(dtype or torch.float32).removeprefix("torch.")
+
+
 def mixed_precision(choice: str, device: torch.device) -> MixedPrecisionPolicy:
-    if choice == "auto":
-        choice = "bf16" if device.type == "cuda" else "off"
-    if choice == "bf16":
+    if resolve_mixed_precision(choice, device) == "bf16":
         # Compute in bf16, reduce gradients in fp32: sums of many bf16 values lose bits.
         return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     return MixedPrecisionPolicy()
+
+
+def materialize(model: nn.Module, device: torch.device, cpu_offload: bool) -> None:
+    """Allocate the local shards (and buffers) of a meta-built model, uninitialised."""
+    # With CPU offload the shards live on the host; FSDP copies them to the device for compute.
+    model.to_empty(device="cpu" if cpu_offload else device)
+    if cpu_offload:
+        # The offload policy covers parameters only. A buffer left on the host
+        # (RoPE tables; here the positions) meets device activations in forward
+        # and fails there. torchtitan passes buffer_device for the same reason.
+        for module in model.modules():
+            for name, buf in module.named_buffers(recurse=False):
+                setattr(module, name, buf.to(device))
 
 
 def build_sharded_model(args, d: common.Dist, mesh) -> common.ToyTransformer:
@@ -106,8 +133,7 @@ def build_sharded_model(args, d: common.Dist, mesh) -> common.ToyTransformer:
                args.reshard_after_forward)
     if args.prefetch:
         apply_prefetch(model)
-    # With CPU offload the shards live on the host; FSDP moves them for compute.
-    model.to_empty(device="cpu" if args.cpu_offload else d.device)
+    materialize(model, d.device, args.cpu_offload)
     model.init_weights(args.seed)
     return model
 
@@ -140,13 +166,16 @@ def main(argv=None) -> None:
     if args.accum_steps < 1:
         raise common.LaunchError("--accum-steps must be >= 1")
 
-    with common.distributed(args) as d:
+    with common.distributed(args, cpu_collectives=args.cpu_offload) as d:
+        mp = resolve_mixed_precision(args.mixed_precision, d.device)
+        if args.check_parity:
+            if mp == "bf16":
+                raise common.LaunchError("--check-parity compares fp32 numbers; add --mixed-precision off")
+            common.exact_fp32()
         mesh = init_device_mesh(d.device.type, (d.world_size,), mesh_dim_names=("dp_shard",))
         model = build_sharded_model(args, d, mesh)
         opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
         if args.check_parity:
-            if args.mixed_precision == "bf16" or (args.mixed_precision == "auto" and d.device.type == "cuda"):
-                raise common.LaunchError("--check-parity compares fp32 numbers; add --mixed-precision off")
             ref = reference_model(args, d.device)
             ref_opt = torch.optim.AdamW(ref.parameters(), lr=args.lr)
             worst = {"loss": 0.0, "grad": 0.0, "param": 0.0}
@@ -189,8 +218,11 @@ def main(argv=None) -> None:
             common.log_step(d, step, losses[-1], grad_norm=f"{norms[-1]:.4f}")
 
         extra = {"parity": worst} if args.check_parity else {}
+        policy = mixed_precision(mp, d.device)
         common.summary(d, __file__, losses, args.steps, grad_norms=norms, accum_steps=args.accum_steps,
-                       mixed_precision=args.mixed_precision, ac=args.ac, prefetch=args.prefetch,
+                       mixed_precision=mp, param_dtype=dtype_name(policy.param_dtype),
+                       reduce_dtype=dtype_name(policy.reduce_dtype or policy.param_dtype),
+                       ac=args.ac, prefetch=args.prefetch, cpu_offload=args.cpu_offload,
                        reshard_after_forward=args.reshard_after_forward, **extra)
 
 

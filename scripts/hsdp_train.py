@@ -52,6 +52,8 @@ def main(argv=None) -> None:
     shape = common.mesh_shape(common.world_size_from_env(), DIMS, args.replicate_degree, args.shard_degree)
 
     with common.distributed(args) as d:
+        if args.check_parity:
+            common.exact_fp32()  # TF32 would fail the 1e-5 comparison on CUDA
         mesh = init_device_mesh(d.device.type, shape, mesh_dim_names=DIMS)
         model = common.ToyTransformer().to(d.device)
         model.init_weights(args.seed)
@@ -66,12 +68,13 @@ def main(argv=None) -> None:
         # Row-major mesh: the global rank is also the flattened (replicate, shard) index.
         dp_rank = mesh["dp_replicate"].get_local_rank() * shape[1] + mesh["dp_shard"].get_local_rank()
 
-        losses = []
+        losses, norms = [], []
         for step in range(args.steps):
             x, y = (t.to(d.device) for t in common.token_batch(args.seed, dp_rank, step, args.batch_size))
             loss = common.lm_loss(model(x), y)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_norm)
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_norm)
+            norms.append(norm.full_tensor().item())  # before clipping, over both mesh dims
             if ref is not None:
                 for r in range(d.world_size):
                     rx, ry = (t.to(d.device) for t in common.token_batch(args.seed, r, step, args.batch_size))
@@ -87,7 +90,7 @@ def main(argv=None) -> None:
             losses.append(common.mean_across_ranks(loss))
             common.log_step(d, step, losses[-1])
         extra = {"parity": worst} if ref is not None else {}
-        common.summary(d, __file__, losses, args.steps, mesh=dict(zip(DIMS, shape)),
+        common.summary(d, __file__, losses, args.steps, mesh=dict(zip(DIMS, shape)), grad_norms=norms,
                        placements=[str(pl) for pl in model.output.weight.placements], **extra)
 
 

@@ -79,6 +79,7 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     if args.batches < 1 or args.extra_per_rank < 0:
         raise common.LaunchError("--batches must be >= 1 and --extra-per-rank >= 0")
+    common.require_numpy("all_gather_object")
 
     with common.distributed(args) as d:
         model = build_model(args.seed).to(d.device)

@@ -89,6 +89,8 @@ def main(argv=None) -> None:
         raise common.LaunchError(f"tp={tp} must divide the {common.HEADS} attention heads")
 
     with common.distributed(args) as d:
+        if args.check_parity:
+            common.exact_fp32()  # TF32 would fail the 1e-5 comparison on CUDA
         mesh = init_device_mesh(d.device.type, (dp, tp), mesh_dim_names=DIMS)
         model = common.ToyTransformer().to(d.device)
         model.init_weights(args.seed)
@@ -103,12 +105,12 @@ def main(argv=None) -> None:
         opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
         dp_rank = mesh["dp"].get_local_rank()
 
-        losses = []
+        losses, norms = [], []
         for step in range(args.steps):
             x, y = (t.to(d.device) for t in common.token_batch(args.seed, dp_rank, step, args.batch_size))
             loss = common.lm_loss(model(x), y)
             loss.backward()
-            clip_grad_norm_(model.parameters(), args.max_norm)
+            norms.append(clip_grad_norm_(model.parameters(), args.max_norm).item())
             if ref is not None:
                 for r in range(dp):
                     rx, ry = (t.to(d.device) for t in common.token_batch(args.seed, r, step, args.batch_size))
@@ -125,7 +127,7 @@ def main(argv=None) -> None:
             common.log_step(d, step, losses[-1])
         wq = model.layers["0"].attention.wq.weight
         extra = {"parity": worst} if ref is not None else {}
-        common.summary(d, __file__, losses, args.steps, mesh={"dp": dp, "tp": tp},
+        common.summary(d, __file__, losses, args.steps, mesh={"dp": dp, "tp": tp}, grad_norms=norms,
                        wq_placements=[str(pl) for pl in wq.placements],
                        wq_local_shape=list(wq.to_local().shape), **extra)
 

@@ -1,53 +1,67 @@
 #!/usr/bin/env python
-"""Step time, tokens/s, peak memory and MFU of the FSDP2 example's model: FSDP2 vs DDP.
+"""Step time, tokens/s, peak memory and MFU of the FSDP2 example's model, wrapped several ways.
 
     python tests/benchmarks/bench_examples.py                  # CPU/gloo (or CUDA if present)
-    python tests/benchmarks/bench_examples.py --device cuda --worlds 1 2 4 8
+    python tests/benchmarks/bench_examples.py --device cuda --worlds 1   # one GPU: every row
     python tests/benchmarks/bench_examples.py --device cuda --preset 1b --worlds 1 8
     python tests/benchmarks/bench_examples.py --dim 64 --layers 2 --seq 32 --steps 3 \\
         --peak-tflops 0.1                                      # CPU smoke test, seconds
 
-A benchmark, not a test: it prints medians, asserts nothing.  The driver
-launches itself under torchrun once per world size; each worker times the same
-transformer (bigger than the examples' toy default) wrapped three ways:
-DDP, FSDP2 (fully_shard per block + root), and FSDP2 with activation
-checkpointing, as in scripts/fsdp2_train.py.  A step is forward, backward,
-clipping and the optimizer step; its time is the slowest rank's, and the
-reported figure is the median over the timed steps.  On CPU each rank gets
-one thread (OMP_NUM_THREADS=1), so world size 2 needs 2 free cores.
+A benchmark, not a test: it asserts nothing.  The driver launches itself under
+torchrun once per world size; each worker builds the same transformer (the
+examples' ToyTransformer, bigger) once per row and times it.  Rows (--kinds):
 
-Presets: ``small`` (default: dim 128, 4 layers, seq 64, vocab 64, batch 8 per
-rank) and ``1b`` (dim 2048, 20 layers, 16 heads, seq 2048, vocab 32000, batch 4
-per rank: 1,142,272,000 parameters).  Any explicit --dim/--layers/... flag
-overrides the preset's value.
+  plain             no wrapper (world size 1 only) autocast bf16 (fp32 with --precision fp32)
+  ddp               DDP, gradient_as_bucket_view   autocast bf16
+  fsdp2             fully_shard per block + root   autocast bf16, fp32 parameters: the same
+                                                   precision as plain and ddp, so the three
+                                                   differ only by the wrapper
+  fsdp2_bf16        as fsdp2, MixedPrecisionPolicy(param bf16, reduce fp32) instead of
+                    autocast: scripts/fsdp2_train.py's default (norms and the residual
+                    stream are bf16 too, so it is not like-for-like with ddp)
+  fsdp2_ac          fsdp2_bf16 + activation checkpointing per block, explicit prefetch
+  fsdp2_no_reshard  fsdp2_bf16, reshard_after_forward=False (blocks stay gathered)
+  fsdp2_offload     fsdp2_bf16 + CPUOffloadPolicy(pin_memory=True)          (CUDA only)
+  fsdp2_compile     fsdp2_bf16 + torch.compile per block, before fully_shard (CUDA only)
+  fsdp2_fp32        fsdp2 in fp32, TF32 off
+  fsdp2_tf32        fsdp2 in fp32, TF32 on                                   (CUDA only)
 
-Precision (--precision auto): bf16 on CUDA, fp32 elsewhere.  bf16 means FSDP2
-with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) and DDP under
-torch.autocast(bf16), so both keep fp32 master weights and reduce gradients in
-fp32.
+On one GPU (world size 1) nothing is communicated: the rows then measure
+wrapper and copy overhead, activation checkpointing, resharding, offload,
+precision and compile, not sharding's communication or scaling; a world size
+above the visible GPU count is skipped (its row says so) and the other rows stay.
 
-Per world size and wrapping it reports: median step time; tokens/s (global
-batch tokens / median step time); peak memory per rank
-(torch.cuda.max_memory_allocated after reset_peak_memory_stats, taken once the
-model is built, so it covers the training steps: sharded parameters, gradients,
-optimizer state and activations; null on CPU); and MFU (model FLOPs
-utilisation, see ``flops_per_token``).  The peak FLOP/s per device come from
---peak-tflops, else, on CUDA in bf16, from a small table keyed by
-torch.cuda.get_device_name(); an unknown GPU then needs the flag.  On CPU the
-MFU is printed only when --peak-tflops is given.
+Timing: ``--warmup`` steps, then ``--steps`` steps between two device
+synchronisations (per-step syncs would hide the CPU/GPU overlap FSDP2
+relies on); the step time is that window's mean, of the slowest rank.  The
+first warm-up step's time is reported too (it includes torch.compile).
+A step is forward, backward, clipping and the optimizer step.
 
-Rank 0 of each worker prints one ``BENCH {json}`` line; the driver collects
-them into a table and one final JSON line.
+Memory (CUDA): peak allocated and peak reserved bytes after
+``reset_peak_memory_stats`` once the row's model exists (so parameters,
+gradients, optimizer state and activations of the steps), and the caching
+allocator's alloc retries, the maximum over ranks.  Rows run one after
+another in one process, so allocator and cuBLAS state carry over.
+
+MFU: model FLOPs per token as torchtitan counts them,
+6 * (parameters - embedding parameters) + 12 * layers * dim * seq (PaLM,
+app. B; embedding tables are lookups, not matmuls; attention's causal half
+is counted); recomputation under AC is not (model FLOPs, not hardware
+FLOPs).  The peak FLOP/s per device come from --peak-tflops, else on CUDA
+in bf16 from the GPU's name; fp32 rows use the same bf16 peak, so their MFU
+only compares rows.  Rank 0 of each worker prints one ``BENCH {json}`` line;
+the driver prints each world size's rows as they come, one final JSON line,
+and with --json-out writes that JSON to a file.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
 import re
-import statistics
 import subprocess
 import sys
 import time
@@ -56,11 +70,26 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
 
-KINDS = ("ddp", "fsdp2", "fsdp2_ac")
+# kind -> (wrapper, precision method, ac, reshard_after_forward, offload, compile, CUDA only)
+KINDS = {
+    "plain": ("plain", "autocast", False, True, False, False, False),
+    "ddp": ("ddp", "autocast", False, True, False, False, False),
+    "fsdp2": ("fsdp2", "autocast", False, True, False, False, False),
+    "fsdp2_bf16": ("fsdp2", "policy", False, True, False, False, False),
+    "fsdp2_ac": ("fsdp2", "policy", True, True, False, False, False),
+    "fsdp2_no_reshard": ("fsdp2", "policy", False, False, False, False, False),
+    "fsdp2_offload": ("fsdp2", "policy", False, True, True, False, True),
+    "fsdp2_compile": ("fsdp2", "policy", False, True, False, True, True),
+    "fsdp2_fp32": ("fsdp2", "fp32", False, True, False, False, False),
+    "fsdp2_tf32": ("fsdp2", "tf32", False, True, False, False, True),
+}
 
 PRESETS = {
     # The previous defaults of this benchmark (vocab = the examples' VOCAB).
     "small": {"dim": 128, "layers": 4, "heads": 8, "vocab": 64, "seq": 64, "batch_size": 8},
+    # 12 x 12.6M per block + 32.8M token embedding + 1M positions + 32.8M output
+    # = 217,749,504 parameters: every row fits one GPU in seconds (tests/gpu/run.sh).
+    "200m": {"dim": 1024, "layers": 12, "heads": 8, "vocab": 32000, "seq": 1024, "batch_size": 8},
     # 20 x 50.4M per block + 65.5M token embedding + 4.2M positions + 65.5M output
     # = 1,142,272,000 parameters.  head_dim 128 (flash attention in bf16).
     "1b": {"dim": 2048, "layers": 20, "heads": 16, "vocab": 32000, "seq": 2048, "batch_size": 4},
@@ -70,32 +99,30 @@ PRESETS = {
 def peak_tflops_for(device_name: str) -> float | None:
     """Dense bf16 peak TFLOP/s per GPU, from the vendor data sheets; None: unknown.
 
-    Only the SXM-class parts: H100/H200 PCIe and NVL boards run lower clocks,
-    so they need --peak-tflops.
+    As torchtitan's get_peak_flops: H100/H200 SXM 989, H100 NVL 835, H100 PCIe 756, A100 312.
     """
     name = device_name.upper()
     if "A100" in name:
         return 312.0
-    if ("H100" in name or "H200" in name) and "PCIE" not in name and "NVL" not in name:
+    if "H100" in name or "H200" in name:
+        if "NVL" in name:
+            return 835.0
+        if "PCIE" in name:
+            return 756.0
         return 989.0
     return None
 
 
-def flops_per_token(n_params: int, n_layers: int, dim: int, seq: int) -> float:
-    """Model FLOPs per trained token (forward + backward), as in the PaLM paper, app. B.
+def flops_per_token(n_params_non_embedding: int, n_layers: int, dim: int, seq: int) -> float:
+    """Model FLOPs per trained token (forward + backward), torchtitan's convention.
 
-    6 * N: every parameter takes part in one multiply-add (2 FLOPs) per token
-    in the forward pass and two in the backward (input and weight gradients).
-    N is all parameters, as the issue specifies; the token and position
-    embedding tables (lookups, not matmuls) make that ~6 % high for the 1b
-    preset, which is why the JSON also carries the non-embedding count.
-    12 * L * d * s: attention scores Q K^T and the weighted sum A V are
-    2 * s * d FLOPs each per token and layer in the forward pass, x3 for
-    forward + backward; the causal mask's skipped half is counted, as usual.
-    Activation-checkpoint recomputation is *not* counted (model FLOPs, not
-    hardware FLOPs), so FSDP2+AC shows a lower MFU for the same work.
+    6 * N: every matmul weight takes part in one multiply-add (2 FLOPs) per token in
+    forward and two in backward (input and weight gradients); N excludes the
+    embedding tables, which are lookups.  12 * L * d * s: attention scores Q K^T and
+    the weighted sum A V are 2 * s * d FLOPs each per token and layer in forward,
+    x3 for forward + backward.
     """
-    return 6.0 * n_params + 12.0 * n_layers * dim * seq
+    return 6.0 * n_params_non_embedding + 12.0 * n_layers * dim * seq
 
 
 def count_params(args) -> tuple[int, int]:
@@ -107,7 +134,25 @@ def count_params(args) -> tuple[int, int]:
         m = common.ToyTransformer(vocab=args.vocab, dim=args.dim, n_heads=args.heads,
                                   n_layers=args.layers, max_seq=args.seq)
     n = sum(p.numel() for p in m.parameters())
-    return n, n - m.tok_embeddings.weight.numel() - m.pos_embeddings.weight.numel()
+    emb = sum(p.numel() for mod in m.modules() if isinstance(mod, torch.nn.Embedding) for p in mod.parameters())
+    return n, n - emb
+
+
+def kinds_for(device: str, asked: list[str] | None) -> list[str]:
+    cuda = device == "cuda"
+    if asked:
+        return [k for k in asked if cuda or not KINDS[k][6]]
+    return [k for k, spec in KINDS.items() if cuda or not spec[6]]
+
+
+def environment(torch, cuda: bool, device) -> dict:
+    env = {"torch": torch.__version__, "cuda": torch.version.cuda,
+           "device_name": torch.cuda.get_device_name(device) if cuda else "cpu"}
+    if cuda:
+        props = torch.cuda.get_device_properties(device)
+        env.update(nccl=".".join(map(str, torch.cuda.nccl.version())),
+                   total_memory_bytes=props.total_memory, sm_count=props.multi_processor_count)
+    return env
 
 
 def worker(args) -> None:
@@ -116,100 +161,125 @@ def worker(args) -> None:
     import torch
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import MixedPrecisionPolicy, OffloadPolicy
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    n_params, n_params_non_emb = count_params(args)
-    fpt = flops_per_token(n_params, args.layers, args.dim, args.seq)
+    n_params, n_non_emb = count_params(args)
+    fpt = flops_per_token(n_non_emb, args.layers, args.dim, args.seq)
     results = {}
-    with common.distributed(args) as d:  # picks and sets this local rank's device
+    # A CPU backend next to NCCL only when an offload row needs it (clipping host gradients).
+    with common.distributed(args, cpu_collectives="fsdp2_offload" in (args.kinds or ())) as d:
         cuda = d.device.type == "cuda"
         bf16 = args.precision == "bf16" or (args.precision == "auto" and cuda)
         mesh = init_device_mesh(d.device.type, (d.world_size,))
         global_tokens = d.world_size * args.batch_size * args.seq
 
         def build(kind):
-            # Built on meta, wrapped, then materialised on the device: FSDP2
-            # allocates only its shards, and no rank holds a full CPU copy.
+            wrapper, method, ac, reshard, offload, compiled, _ = KINDS[kind]
+            # Built on meta, wrapped, then materialised: FSDP2 allocates only its shards.
             with torch.device("meta"):
                 model = common.ToyTransformer(vocab=args.vocab, dim=args.dim, n_heads=args.heads,
                                               n_layers=args.layers, max_seq=args.seq)
-            if kind != "ddp":
-                if kind == "fsdp2_ac":
+            if wrapper == "fsdp2":
+                if ac:
                     fsdp2_train.apply_ac(model)
+                if compiled:
+                    # torchtitan's order: AC, then compile per block, then fully_shard.
+                    for name, block in model.layers.named_children():
+                        model.layers.register_module(name, torch.compile(block))
                 mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-                      if bf16 else MixedPrecisionPolicy())
-                fsdp2_train.apply_fsdp(model, mesh, mp, OffloadPolicy(), True)
-            model.to_empty(device=d.device)
+                      if method == "policy" and bf16 else MixedPrecisionPolicy())
+                fsdp2_train.apply_fsdp(model, mesh, mp, CPUOffloadPolicy(pin_memory=True) if offload
+                                       else OffloadPolicy(), reshard)
+                if ac:
+                    fsdp2_train.apply_prefetch(model)
+            fsdp2_train.materialize(model, d.device, offload)
             model.init_weights(args.seed)
-            if kind == "ddp":
-                # Same seed on every rank; DDP also broadcasts rank 0's weights.
-                model = DDP(model, device_ids=[d.device.index] if d.device.type != "cpu" else None)
+            if wrapper == "ddp":
+                # Bucket views: no second copy of the gradients (which would inflate DDP's memory).
+                model = DDP(model, device_ids=[d.device.index] if cuda else None, gradient_as_bucket_view=True)
             return model
 
         def sync():
-            if d.device.type != "cpu":
+            if cuda:
                 torch.accelerator.synchronize(d.device)
 
-        def forward_loss(kind, model, x, y):
-            if kind == "ddp" and bf16:
-                # DDP's counterpart of FSDP2's bf16 policy: fp32 weights and
-                # fp32 gradient all-reduce, bf16 matmuls.
-                with torch.autocast(device_type=d.device.type, dtype=torch.bfloat16):
-                    logits = model(x)
-            else:
-                logits = model(x)
-            return common.lm_loss(logits, y)
+        def precision_context(kind):
+            if KINDS[kind][1] == "autocast" and bf16:
+                return torch.autocast(device_type=d.device.type, dtype=torch.bfloat16)
+            return contextlib.nullcontext()
 
-        for kind in args.kinds:
+        def measure(kind):
+            # The legacy setters, as common.exact_fp32 explains: torch 2.13 raises when
+            # inductor later reads get_float32_matmul_precision() after the APIs were mixed.
+            tf32 = KINDS[kind][1] == "tf32"
+            torch.set_float32_matmul_precision("high" if tf32 else "highest")
+            torch.backends.cudnn.allow_tf32 = tf32
+            t_build = time.perf_counter()
             model = build(kind)
             opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+            build_s = time.perf_counter() - t_build
             if cuda:
                 sync()
                 torch.cuda.reset_peak_memory_stats(d.device)
-            times = []
-            for step in range(args.warmup + args.steps):
-                x, y = (t.to(d.device) for t in common.token_batch(
-                    args.seed, d.rank, step, args.batch_size, vocab=args.vocab, seq=args.seq))
-                sync()  # the copies and any queued work are done before the clock starts
-                t0 = time.perf_counter()
-                forward_loss(kind, model, x, y).backward()
+
+            def step(i):
+                x, y = (t.to(d.device, non_blocking=True) for t in common.token_batch(
+                    args.seed, d.rank, i, args.batch_size, vocab=args.vocab, seq=args.seq))
+                with precision_context(kind):
+                    logits = model(x)
+                common.lm_loss(logits, y).backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
                 opt.step()
                 opt.zero_grad(set_to_none=True)
-                sync()  # CUDA kernels are asynchronous: wait for them before reading the clock
-                # On the device: NCCL has no CPU tensors.
-                dt = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=d.device)
-                dist.all_reduce(dt, op=dist.ReduceOp.MAX)  # a step is as slow as its slowest rank
-                if step >= args.warmup:
-                    times.append(dt.item())
-            median = statistics.median(times)
-            peak_mem = None
+
+            sync()
+            t0 = time.perf_counter()
+            step(0)
+            sync()
+            first = time.perf_counter() - t0
+            for i in range(1, args.warmup):
+                step(i)
+            sync()
+            t0 = time.perf_counter()
+            for i in range(args.warmup, args.warmup + args.steps):
+                step(i)
+            sync()
+            # On the device: NCCL has no CPU tensors. MAX: a step is as slow as its slowest rank.
+            timing = torch.tensor([(time.perf_counter() - t0) / args.steps, first], dtype=torch.float64,
+                                  device=d.device)
+            dist.all_reduce(timing, op=dist.ReduceOp.MAX)
+            step_s, first_s = timing.tolist()
+            mem = {"peak_allocated_bytes": None, "peak_reserved_bytes": None, "alloc_retries": None}
             if cuda:
-                mem = torch.zeros(d.world_size, dtype=torch.float64, device=d.device)
-                mem[d.rank] = torch.cuda.max_memory_allocated(d.device)
-                dist.all_reduce(mem)  # every rank fills its own slot
-                peak_mem = [int(v) for v in mem.tolist()]
-            tokens_per_s = global_tokens / median
-            # MFU: achieved model FLOP/s over the peak of all devices in the run.
+                stats = torch.cuda.memory_stats(d.device)
+                m = torch.tensor([torch.cuda.max_memory_allocated(d.device), torch.cuda.max_memory_reserved(d.device),
+                                  stats.get("num_alloc_retries", 0)], dtype=torch.float64, device=d.device)
+                dist.all_reduce(m, op=dist.ReduceOp.MAX)
+                mem = dict(zip(mem, (int(v) for v in m.tolist())))
+            tokens_per_s = global_tokens / step_s
             mfu = (tokens_per_s * fpt / (args.peak_tflops * 1e12 * d.world_size)
                    if args.peak_tflops else None)
-            results[kind] = {"median_step_s": median, "tokens_per_s": tokens_per_s,
-                             "peak_mem_bytes_per_rank": peak_mem, "mfu": mfu}
-            del model, opt
+            return {"step_s": step_s, "first_step_s": first_s, "build_s": build_s,
+                    "tokens_per_s": tokens_per_s, "mfu": mfu, **mem}
+
+        for kind in args.kinds:
+            if KINDS[kind][0] == "plain" and d.world_size > 1:
+                continue  # unsynchronised replicas: a world-size-1 baseline only
+            try:
+                results[kind] = measure(kind)
+            except Exception as e:  # noqa: BLE001 - one failing row must not cost the others
+                results[kind] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
             gc.collect()
             if cuda:
                 torch.cuda.empty_cache()
         if d.is_main:
             print("BENCH " + json.dumps({
-                "world_size": d.world_size, "device": d.device.type,
-                "device_name": torch.cuda.get_device_name(d.device) if cuda else "cpu",
-                "backend": d.backend, "precision": "bf16" if bf16 else "fp32",
-                "n_params": n_params, "n_params_non_embedding": n_params_non_emb,
+                "world_size": d.world_size, "device": d.device.type, "backend": d.pg_backend,
+                "precision": "bf16" if bf16 else "fp32", "environment": environment(torch, cuda, d.device),
+                "n_params": n_params, "n_params_non_embedding": n_non_emb,
                 "global_batch_tokens": global_tokens, "flops_per_token": fpt,
-                "peak_tflops": args.peak_tflops,
-                "median_step_s": {k: v["median_step_s"] for k, v in results.items()},
-                "results": results}), flush=True)
+                "peak_tflops": args.peak_tflops, "results": results}), flush=True)
 
 
 def resolve_device(arg: str) -> str:
@@ -221,14 +291,17 @@ def resolve_device(arg: str) -> str:
     return torch.accelerator.current_accelerator().type if torch.accelerator.is_available() else "cpu"
 
 
-def gpu_name() -> str | None:
-    """GPU 0's name, None when no CUDA GPU is visible.
+def gpu_info() -> tuple[str | None, int]:
+    """(GPU 0's name, visible GPU count), (None, 0) without CUDA GPUs.
 
     Asked in a child process, so the driver never holds a CUDA context on GPU 0.
     """
-    out = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.get_device_name(0))"],
-                         check=False, capture_output=True, text=True, timeout=120)
-    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
+    code = "import torch; n = torch.cuda.device_count(); print(n); print(torch.cuda.get_device_name(0) if n else '')"
+    out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120)
+    lines = out.stdout.split("\n")
+    if out.returncode or not lines[0].strip().isdigit() or int(lines[0]) == 0:
+        return None, 0
+    return lines[1].strip(), int(lines[0])
 
 
 def _cause(stderr: str) -> str:
@@ -240,73 +313,99 @@ def _cause(stderr: str) -> str:
     return next((ln for ln in reversed(lines) if set(ln) - set("=-")), "no output")
 
 
-def driver(args, p: argparse.ArgumentParser) -> None:
-    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+def _gib(v) -> str:
+    return f"{v / 2**30:.2f}" if v is not None else "-"
+
+
+def print_rows(r: dict, kinds: list[str]) -> None:
+    res = r["results"]
+    base = next((res[k] for k in ("plain", "ddp") if "step_s" in res.get(k, {})), None)
+    for kind in (k for k in kinds if k in res):
+        m = res[kind]
+        if "error" in m:
+            print(f"{r['world_size']:>5} {kind:>16} error: {m['error']}", flush=True)
+            continue
+        mfu = f"{m['mfu'] * 100:.1f}" if m["mfu"] is not None else "-"
+        vs = f"{m['step_s'] / base['step_s']:.2f}" if base else "-"
+        print(f"{r['world_size']:>5} {kind:>16} {m['step_s'] * 1e3:>9.1f} {m['first_step_s']:>8.2f} "
+              f"{m['tokens_per_s']:>12,.0f} {_gib(m['peak_allocated_bytes']):>9} "
+              f"{_gib(m['peak_reserved_bytes']):>9} {mfu:>6} {vs:>7}", flush=True)
+
+
+def driver(args, p: argparse.ArgumentParser) -> int:
     device = resolve_device(args.device)
+    env = dict(os.environ)
+    if device == "cpu":
+        # One thread per rank: world size 2 needs 2 free cores. On GPUs the CPU side (init,
+        # the offloaded optimizer step) keeps all the threads it can get.
+        env.setdefault("OMP_NUM_THREADS", "1")
     bf16 = args.precision == "bf16" or (args.precision == "auto" and device == "cuda")
-    if args.peak_tflops is None and device == "cuda":
-        name = gpu_name()
+    visible = None
+    if device == "cuda":
+        name, visible = gpu_info()
         if name is None:
             p.error("--device cuda, but no CUDA GPU is visible")
-        if bf16:
+        if args.peak_tflops is None:
             args.peak_tflops = peak_tflops_for(name)
             if args.peak_tflops is None:
-                p.error(f"no bf16 peak known for GPU {name!r}; pass --peak-tflops (dense, per GPU)")
-        else:
-            print(f"note: fp32 on {name}: the table holds bf16 peaks only; "
-                  "MFU needs --peak-tflops", file=sys.stderr)
+                print(f"note: no bf16 peak known for GPU {name!r}: no MFU (pass --peak-tflops)", file=sys.stderr)
+    kinds = kinds_for(device, args.kinds)
     n_params, n_non_emb = count_params(args)
     worker_args = ["--device", args.device, "--backend", args.backend, "--precision", args.precision,
                    "--dim", str(args.dim), "--layers", str(args.layers), "--heads", str(args.heads),
                    "--vocab", str(args.vocab), "--seq", str(args.seq),
                    "--batch-size", str(args.batch_size), "--steps", str(args.steps),
                    "--warmup", str(args.warmup), "--seed", str(args.seed),
-                   "--timeout-s", str(args.timeout_s), "--kinds", *args.kinds]
+                   "--timeout-s", str(args.timeout_s), "--kinds", *kinds]
     if args.peak_tflops is not None:
         worker_args += ["--peak-tflops", repr(args.peak_tflops)]
-    rows = []
-    for world in args.worlds:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}",
-               __file__, "--worker", *worker_args]
-        out = subprocess.run(cmd, env=env, check=False, capture_output=True, text=True, timeout=args.launch_timeout)
-        line = next((ln for ln in out.stdout.splitlines() if ln.startswith("BENCH ")), None)
-        if out.returncode or line is None:
-            print(f"error: world size {world} failed (exit {out.returncode}): {_cause(out.stderr)}",
-                  file=sys.stderr)
-            sys.exit(1)
-        rows.append(json.loads(line[6:]))
-
-    precision = rows[0]["precision"]
+    fpt = flops_per_token(n_non_emb, args.layers, args.dim, args.seq)
     print(f"model: preset={args.preset} dim={args.dim} layers={args.layers} heads={args.heads} "
           f"vocab={args.vocab} seq={args.seq} batch/rank={args.batch_size}; "
-          f"params={n_params:,} (non-embedding {n_non_emb:,}); {precision}; "
-          f"median of {args.steps} steps after {args.warmup} warm-up, OMP_NUM_THREADS={env['OMP_NUM_THREADS']}")
-    print(f"device: {rows[0]['device_name']}; peak "
-          + (f"{args.peak_tflops:g} TFLOP/s per device" if args.peak_tflops else "n/a (no MFU)")
-          + f"; model FLOPs/token = 6*N + 12*L*d*s = {rows[0]['flops_per_token']:.4g}")
-    print(f"{'world':>5} {'kind':>9} {'step ms':>10} {'tokens/s':>12} {'peak GiB/rank':>14} "
-          f"{'MFU %':>7} {'vs DDP':>7}")
-    for r in rows:
-        res = r["results"]
-        for kind in args.kinds:
-            m = res[kind]
-            mem = (f"{max(m['peak_mem_bytes_per_rank']) / 2**30:.2f}"
-                   if m["peak_mem_bytes_per_rank"] else "-")
-            mfu = f"{m['mfu'] * 100:.1f}" if m["mfu"] is not None else "-"
-            vs = (f"{m['median_step_s'] / res['ddp']['median_step_s']:.2f}"
-                  if "ddp" in res else "-")
-            print(f"{r['world_size']:>5} {kind:>9} {m['median_step_s'] * 1e3:>10.1f} "
-                  f"{m['tokens_per_s']:>12,.0f} {mem:>14} {mfu:>7} {vs:>7}")
-    print(json.dumps({"benchmark": "fsdp2_examples",
-                      "config": {"preset": args.preset, "dim": args.dim, "layers": args.layers,
-                                 "heads": args.heads, "vocab": args.vocab, "seq": args.seq,
-                                 "batch_size_per_rank": args.batch_size, "steps": args.steps,
-                                 "warmup": args.warmup, "precision": precision,
-                                 "n_params": n_params, "peak_tflops": args.peak_tflops},
-                      "rows": rows}))
+          f"params={n_params:,} (non-embedding {n_non_emb:,}); {'bf16' if bf16 else 'fp32'}; "
+          f"mean of {args.steps} steps after {args.warmup} warm-up; OMP_NUM_THREADS={env.get('OMP_NUM_THREADS', '-')}")
+    print(f"MFU: model FLOPs/token = 6*N(non-embedding) + 12*L*d*s = {fpt:.4g} "
+          f"(6*N with embeddings: {6.0 * n_params + 12.0 * args.layers * args.dim * args.seq:.4g}); peak "
+          + (f"{args.peak_tflops:g} TFLOP/s per device" if args.peak_tflops else "n/a (no MFU)"))
+    print(f"{'world':>5} {'kind':>16} {'step ms':>9} {'first s':>8} {'tokens/s':>12} {'alloc GiB':>9} "
+          f"{'resv GiB':>9} {'MFU %':>6} {'vs base':>7}", flush=True)
+    rows, skipped, failed = [], [], []
+    for world in args.worlds:
+        if visible is not None and world > visible:
+            skipped.append({"world_size": world, "reason": f"needs {world} GPUs, {visible} visible"})
+            print(f"{world:>5} {'(skipped)':>16} needs {world} GPUs, {visible} visible", flush=True)
+            continue
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}",
+               __file__, "--worker", *worker_args]
+        try:
+            out = subprocess.run(cmd, env=env, check=False, capture_output=True, text=True,
+                                 timeout=args.launch_timeout)
+            line = next((ln for ln in out.stdout.splitlines() if ln.startswith("BENCH ")), None)
+            cause = _cause(out.stderr) if out.returncode or line is None else None
+        except subprocess.TimeoutExpired:
+            line, cause = None, f"timed out after {args.launch_timeout:g}s"
+        if cause:
+            failed.append({"world_size": world, "error": cause})
+            print(f"error: world size {world} failed: {cause}", file=sys.stderr, flush=True)
+            continue
+        rows.append(json.loads(line[6:]))
+        print_rows(rows[-1], kinds)
+    record = {"benchmark": "fsdp2_examples",
+              "config": {"preset": args.preset, "dim": args.dim, "layers": args.layers,
+                         "heads": args.heads, "vocab": args.vocab, "seq": args.seq,
+                         "batch_size_per_rank": args.batch_size, "steps": args.steps,
+                         "warmup": args.warmup, "precision": "bf16" if bf16 else "fp32",
+                         "n_params": n_params, "n_params_non_embedding": n_non_emb,
+                         "flops_per_token": fpt, "peak_tflops": args.peak_tflops, "kinds": kinds},
+              "rows": rows, "skipped": skipped, "failed": failed}
+    print(json.dumps(record))
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(record, indent=1))
+    errors = [k for r in rows for k, m in r["results"].items() if "error" in m]
+    return 1 if failed or errors or not rows else 0
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--worlds", type=int, nargs="+", default=[1, 2])
@@ -321,18 +420,24 @@ def main() -> None:
     p.add_argument("--seq", type=int, default=None, help="default: the preset's")
     p.add_argument("--batch-size", type=int, default=None, help="per rank; default: the preset's")
     p.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto",
-                   help="auto: bf16 on CUDA, fp32 elsewhere")
+                   help="auto: bf16 on CUDA, fp32 elsewhere (the fp32/tf32 rows stay fp32)")
     p.add_argument("--peak-tflops", type=float, default=None,
-                   help="peak TFLOP/s per device for MFU; default on CUDA in bf16: looked up from "
+                   help="peak TFLOP/s per device for MFU; default on CUDA: looked up from "
                         "the GPU's name (H100/H200 SXM 989, A100 312); on CPU: no MFU")
-    p.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS),
-                   help="wrappings to time (drop ddp if a full replica does not fit)")
+    p.add_argument("--kinds", nargs="+", choices=list(KINDS), default=None,
+                   help="rows to time (default: all that the device supports)")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout-s", type=float, default=120.0)
     p.add_argument("--launch-timeout", type=float, default=600.0)
+    p.add_argument("--json-out", metavar="FILE", help="also write the final JSON here")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    return p
+
+
+def main() -> None:
+    p = build_parser()
     args = p.parse_args()
     for key, value in PRESETS[args.preset].items():
         if getattr(args, key) is None:
@@ -341,10 +446,12 @@ def main() -> None:
         p.error(f"--dim {args.dim} is not divisible by --heads {args.heads}")
     if args.peak_tflops is not None and args.peak_tflops <= 0:
         p.error("--peak-tflops must be > 0")
+    if args.steps < 1 or args.warmup < 1:
+        p.error("--steps and --warmup must be >= 1")
     if args.worker:
         worker(args)
         return
-    driver(args, p)
+    sys.exit(driver(args, p))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@ import signal
 import socket
 import subprocess
 import sys
-from dataclasses import dataclass
+import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "scripts"
+PROBE = Path(__file__).resolve().parent / "probe.py"
 
 # Collective timeout passed to every script: a stuck peer fails the run
 # quickly instead of waiting out the 30-minute default.
@@ -37,6 +39,7 @@ class Result:
     returncode: int
     stdout: str
     stderr: str
+    probe_records: list = field(default_factory=list)
 
     @property
     def summary(self) -> dict:
@@ -51,6 +54,12 @@ class Result:
                 if "script" in rec:
                     return rec
         raise AssertionError(f"no JSON summary in output:\n{self.stdout[-3000:]}\n{self.stderr[-3000:]}")
+
+    @property
+    def probes(self) -> list[dict]:
+        """probe.py's per-rank records, ordered by rank (see run_probe)."""
+        assert self.probe_records, f"no probe records:\n{self.stdout[-3000:]}\n{self.stderr[-3000:]}"
+        return self.probe_records
 
     def check(self) -> "Result":
         assert self.returncode == 0, f"exit {self.returncode}\n{self.stdout[-3000:]}\n{self.stderr[-5000:]}"
@@ -106,6 +115,34 @@ def torchrun_cmd(script: str, nproc: int, args: list[str], torchrun_args: list[s
     rdzv = torchrun_args if torchrun_args is not None else ["--standalone"]
     return [sys.executable, "-m", "torch.distributed.run", *rdzv, f"--nproc-per-node={nproc}",
             str(SCRIPTS / script), *args]
+
+
+def run_probe(script: str, nproc: int = 2, args: list[str] = (), *, device: str = "cpu",
+              env: dict | None = None, timeout: float = LAUNCH_TIMEOUT_S) -> Result:
+    """Like run_torchrun, with probe.py's instruments around the example (see probe.py)."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+           str(PROBE), Path(script).stem, *script_args(list(args), device)]
+    with tempfile.TemporaryDirectory() as out:
+        res = finish(start(cmd, {**(env or {}), "PROBE_OUT": out}), timeout)
+        records = [json.loads(f.read_text()) for f in Path(out).glob("rank*.json")]
+    res.probe_records = sorted(records, key=lambda r: r["rank"])
+    return res
+
+
+def hidden_numpy_env(folder: Path) -> dict:
+    """Environment in which `import numpy` fails as if it were not installed."""
+    stub = folder / "numpy"
+    stub.mkdir(parents=True, exist_ok=True)
+    (stub / "__init__.py").write_text(
+        'raise ModuleNotFoundError("No module named \'numpy\' (hidden by the test)", name="numpy")\n')
+    return {"PYTHONPATH": str(folder)}
+
+
+def tolerance(device: str) -> dict:
+    """Loss tolerance against the CPU reference: cuBLAS and the fused attention kernels
+    round differently from the CPU ones, so CUDA gets 1e-4 (same-device parity inside
+    the run, --check-parity, stays at 1e-5)."""
+    return dict(rel=1e-5, abs=1e-5) if device == "cpu" else dict(rel=1e-4, abs=1e-4)
 
 
 def script_args(args: list[str], device: str) -> list[str]:

@@ -4,11 +4,14 @@ replicated reference, and a mesh that does not fit the world size is a one-line 
 
 import pytest
 
-from example_helpers import CUDA_GPUS, assert_one_line_error, reference_lm, run_torchrun
+from example_helpers import CUDA_GPUS, assert_one_line_error, reference_lm, run_torchrun, tolerance
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
 STEPS = 4
+# Below every gradient norm here (0.7-1.3), so clipping acts on each step; at 1.0 it would
+# not, and a norm taken from local shards only (the bug clipping tests exist for) would pass.
+MAX_NORM = 0.1
 # script, world size -> (mesh dims, dp world size); defaults fit the world size.
 CASES = {
     ("hsdp_train.py", 2): ({"dp_replicate": 1, "dp_shard": 2}, 2),
@@ -19,10 +22,13 @@ CASES = {
 
 
 def _run(script, world, device):
-    s = run_torchrun(script, world, ["--steps", str(STEPS), "--check-parity"], device=device).check().summary
+    args = ["--steps", str(STEPS), "--check-parity", "--max-norm", str(MAX_NORM)]
+    s = run_torchrun(script, world, args, device=device).check().summary
     mesh, dp_world = CASES[(script, world)]
     assert s["world_size"] == world and s["mesh"] == mesh
-    assert s["losses"] == pytest.approx(reference_lm(STEPS, dp_world)[0], rel=1e-5, abs=1e-5)
+    assert s["losses"] == pytest.approx(reference_lm(STEPS, dp_world, max_norm=MAX_NORM)[0], **tolerance(device))
+    assert min(s["grad_norms"]) > MAX_NORM
+    assert s["losses"] != pytest.approx(reference_lm(STEPS, dp_world, max_norm=None)[0], rel=1e-5, abs=1e-5)
     assert s["parity"]["grad"] < 1e-5
     assert s["parity"]["param"] < 5e-5
     return s

@@ -26,7 +26,7 @@ def check_script_args(script: str, args: list[str], monkeypatch) -> None:
     assert path.parent == SCRIPTS and path.is_file(), script
     mod = load_script(path.stem)
 
-    def stop(parsed):
+    def stop(parsed, **_):
         raise _Parsed(parsed)
 
     monkeypatch.setattr(mod.common, "distributed", stop)
@@ -49,15 +49,38 @@ def test_slurm_template_parses(monkeypatch):
     body = text[text.index("exec torchrun"):]
     body = body[:body.index("\n'")]
     # Replace shell expansions with plausible values, then split like the shell would.
-    values = {"GPUS_PER_NODE": "8", "head_addr": "10.0.0.1", "RDZV_PORT": "29500"}
+    values = {"GPUS_PER_NODE": "8", "head_node": "node-001", "RDZV_PORT": "29400"}
     body = re.sub(r'"\'"(.*?)"\'"', lambda m: re.sub(r"\$(\w+)", lambda v: values[v.group(1)], m.group(1)), body)
     body = re.sub(r'"\$[A-Za-z_]+"', "1", body.replace("\\\n", " "))
     tokens = shlex.split(body)[2:]  # drop "exec torchrun"
     check_torchrun_args(tokens)
     assert tokens[tokens.index("--nproc-per-node") + 1] == "8"
-    assert tokens[tokens.index("--rdzv-endpoint") + 1] == "10.0.0.1:29500"
+    assert tokens[tokens.index("--rdzv-endpoint") + 1] == "node-001:29400"
     i = next(i for i, t in enumerate(tokens) if t.endswith(".py"))
     check_script_args(tokens[i], tokens[i + 1:], monkeypatch)
+
+
+def test_slurm_template_follows_the_launch_guide():
+    """The points launching.md makes about launching under SLURM."""
+    text = SLURM.read_text()
+    code = "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("#") or ln.startswith("#SBATCH"))
+    body = code[code.index("exec torchrun"):]
+    # c10d assigns the ranks; torchrun warns about and ignores --node-rank.
+    assert "--node-rank" not in body and "--rdzv-backend c10d" in body
+    # The endpoint is the first node's hostname from scontrol, not an address lookup.
+    assert 'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)' in code
+    assert "--ip-address" not in code and "$head_node:$RDZV_PORT" in body
+    # srun gets --cpus-per-task itself (Slurm >= 22.05 no longer passes sbatch's on).
+    (srun,) = [ln for ln in code.splitlines() if ln.startswith("srun ")]
+    assert '--cpus-per-task="$SLURM_CPUS_PER_TASK"' in srun
+    # The guide's port and CPU count.
+    guide = (ROOT / "references" / "guides" / "launching.md").read_text()
+    assert "RDZV_PORT=${RDZV_PORT:-29400}" in code and ":29400" in guide
+    assert "#SBATCH --cpus-per-task=64" in code and "#SBATCH --cpus-per-task=64" in guide
+    # 1 is what torchrun would set anyway, and it keeps the flight recorder from dumping.
+    assert "TORCH_NCCL_ASYNC_ERROR_HANDLING=1" not in code
+    # fsdp2_train.py does not resume: a restart would start over.
+    assert "--max-restarts" not in body
 
 
 def test_k8s_pytorchjob_parses(monkeypatch):

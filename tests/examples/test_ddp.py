@@ -42,7 +42,9 @@ def test_ddp_two_ranks_match_reference(device, static_graph):
     s = run_torchrun("ddp_train.py", 2, ARGS + extra, device=device).check().summary
     assert s["world_size"] == 2 and s["steps"] == STEPS
     assert s["backend"] == ("gloo" if device == "cpu" else "nccl")
-    assert s["losses"] == pytest.approx(reference_losses(2), rel=1e-5, abs=1e-6)
+    # The reference runs on CPU: CUDA kernels round differently, so 1e-4 there.
+    tol = dict(rel=1e-5, abs=1e-6) if device == "cpu" else dict(rel=1e-4, abs=1e-5)
+    assert s["losses"] == pytest.approx(reference_losses(2), **tol)
     assert s["losses"][-1] < s["losses"][0]
 
 

@@ -1,24 +1,38 @@
-"""FSDP1 example: losses and the gathered full state dict match a single process."""
+"""FSDP1 example: losses and the gathered full state dict, tensor by tensor, match a single process."""
 
 import pytest
+import torch
 
-from example_helpers import reference_lm, run_torchrun
+from example_helpers import reference_lm, run_torchrun, tolerance
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
 STEPS = 4
+MAX_NORM = 0.1  # below every norm here, so FSDP1's own clip_grad_norm_ acts each step
 
 
 @pytest.mark.parametrize("strategy", ["FULL_SHARD", "SHARD_GRAD_OP"])
-def test_fsdp1_matches_reference(device, strategy):
-    args = ["--steps", str(STEPS), "--sharding-strategy", strategy, "--mixed-precision", "off"]
+def test_fsdp1_matches_reference(device, strategy, tmp_path):
+    full = tmp_path / "full.pt"
+    args = ["--steps", str(STEPS), "--sharding-strategy", strategy, "--mixed-precision", "off",
+            "--max-norm", str(MAX_NORM), "--save-full", str(full)]
     s = run_torchrun("fsdp1_train.py", 2, args, device=device).check().summary
-    ref_losses, ref_model, _ = reference_lm(STEPS, 2)
-    assert s["losses"] == pytest.approx(ref_losses, rel=1e-5, abs=1e-5)
+    assert (s["mixed_precision"], s["param_dtype"]) == ("off", "float32")
+    ref_losses, ref_model, _ = reference_lm(STEPS, 2, max_norm=MAX_NORM)
+    assert s["losses"] == pytest.approx(ref_losses, **tolerance(device))
+    assert min(s["grad_norms"]) > MAX_NORM
     ref_sd = ref_model.state_dict()
     assert s["full_keys"] == sorted(ref_sd)
+    saved = torch.load(full, weights_only=True)  # plain tensors: no pickled code to trust
+    assert sorted(saved) == sorted(ref_sd)
+    tol = dict(rtol=1e-5, atol=1e-6) if device == "cpu" else dict(rtol=1e-4, atol=1e-5)
     for k, v in ref_sd.items():
-        assert s["full_sums"][k] == pytest.approx(v.double().sum().item(), rel=1e-4, abs=1e-4), k
+        assert saved[k].device.type == "cpu" and saved[k].dtype == v.dtype
+        torch.testing.assert_close(saved[k], v, **tol, msg=lambda m, k=k: f"{k}: {m}")
+    # The comparison can fail: a reference that did not clip differs beyond it.
+    _, unclipped, _ = reference_lm(STEPS, 2, max_norm=None)
+    worst = max((saved[k] - v).abs().max().item() for k, v in unclipped.state_dict().items())
+    assert worst > 100 * tol["atol"]
     total = sum(v.numel() for v in ref_sd.values())
     # Each rank's sharded state dict holds about half of the model.
     assert total // 2 <= s["sharded_local_numel"] <= total // 2 + 64

@@ -53,6 +53,8 @@ def test_join_uneven_inputs(device, throw):
         assert s["ranks_stopped_early"] == 0
     assert sorted(s["zero_owner"]) == ["bias", "weight"]
     ref_losses, ref_weights = reference(WORLD, counts, s["zero_owner"], throw)
+    # The reference runs on CPU: CUDA kernels round differently, so 1e-4 there.
+    tol = dict(rel=1e-5, abs=1e-6) if device == "cpu" else dict(rel=1e-4, abs=1e-5)
     for got, want in zip(s["losses_per_rank"], ref_losses):
-        assert got == pytest.approx(want, rel=1e-5, abs=1e-6)
-    assert s["final_weights"] == pytest.approx(ref_weights, rel=1e-5, abs=1e-6)
+        assert got == pytest.approx(want, **tol)
+    assert s["final_weights"] == pytest.approx(ref_weights, **tol)
