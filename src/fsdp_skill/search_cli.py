@@ -197,17 +197,19 @@ def excerpt(text, terms, room):
     return "".join(parts)
 
 
-def _text_caps(lengths, budget):
-    """Per-hit text allowance: water-filling over `budget`, the first hit guaranteed more."""
+def _text_caps(lengths, budget, weights=None):
+    """Per-hit text allowance: water-filling over `budget` in proportion to `weights` (the
+    hits' scores), the first hit guaranteed more, so characters go to the strongest hits."""
     caps = [0] * len(lengths)
     if not lengths:
         return caps
+    weights = weights or [1.0] * len(lengths)
     caps[0] = min(lengths[0], max(FIRST_HIT_CHARS, budget // len(lengths)))
-    rest = sorted(range(1, len(lengths)), key=lambda i: lengths[i])
+    rest = sorted(range(1, len(lengths)), key=lambda i: lengths[i] / max(weights[i], 1e-9))
     left = budget - caps[0]
     for n, i in enumerate(rest):
-        share = left // (len(rest) - n)
-        caps[i] = min(lengths[i], share)
+        total = sum(weights[j] for j in rest[n:]) or 1.0
+        caps[i] = min(lengths[i], int(left * weights[i] / total))
         left -= caps[i]
     return caps
 
@@ -236,7 +238,9 @@ def render_markdown(query, results, max_chars, page):
         note = len(_cut_note(len(blocks) - shown, max_chars)) if shown < len(blocks) else 0
         heads = sum(len(h) + 4 for h, _ in blocks[:shown])
         budget = max_chars - heads - note - 1
-        caps = _text_caps([len(t) for _, t in blocks[:shown]], budget)
+        top = max(float(results[0].get("score") or 0.0), 1e-9)
+        weights = [max(float(r.get("score") or 0.0), 0.0) / top or 1.0 for r in results[:shown]]
+        caps = _text_caps([len(t) for _, t in blocks[:shown]], budget, weights)
         if shown == 1 or min(caps[1:], default=MIN_HIT_CHARS) >= min(MIN_HIT_CHARS, *(len(t) for _, t in blocks[1:shown])):
             break
         shown -= 1
