@@ -242,6 +242,16 @@ def _():
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
 
 
+@repro("dtensor-clip-grad-mixed-plain")
+def _():
+    from torch.distributed.fsdp import fully_shard
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+    fully_shard(model[0], mesh=_mesh((1,)))   # model[1] keeps plain parameters
+    model(torch.randn(2, 4)).sum().backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+
+
 @repro("dtensor-different-meshes")
 def _():
     from torch.distributed.tensor import DTensor, Replicate, Shard

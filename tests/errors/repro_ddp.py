@@ -117,6 +117,16 @@ def _():
         DDP(nn.Sequential(*layers))
 
 
+@repro("ddp-inplace-modified", world=1)
+def _():
+    model = DDP(nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 1)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    out = model(torch.randn(2, 4))
+    out.mean().backward(retain_graph=True)
+    opt.step()                          # updates, in place, weights the graph saved
+    out.pow(2).mean().backward()        # a second backward through the same graph
+
+
 @repro("ddp-zero-not-consolidated", world=2, pg=False)
 def _():
     from torch.distributed.optim import ZeroRedundancyOptimizer
@@ -193,6 +203,12 @@ def _():
 def _():
     with _two_ranks("pg-invalid-tensor-size"):
         dist.all_gather([torch.zeros(2), torch.zeros(3)], torch.ones(2))
+
+
+@repro("pg-tensors-must-be-contiguous", world=1)
+def _():
+    x = torch.randn(3, 4).t()           # a transposed view
+    dist.all_to_all_single(torch.empty(4, 3), x)
 
 
 # --- messages another rank's failure or a timeout produces: separate processes ------------

@@ -201,6 +201,13 @@ def _():
     return _warning(w, "FSDP.state_dict_type()")
 
 
+@repro("fsdp-sharded-weights-saved", world=2)
+def _():
+    model = FSDP(_mlp(), device_id=CPU, use_orig_params=True)
+    pieces = model.module.state_dict()  # the inner module: this rank's flat slices, not full weights
+    _mlp().load_state_dict(pieces)      # as a single-process loader would
+
+
 @repro("fsdp1-no-shard-deprecated", world=2)
 def _():
     with captured_warnings() as w:

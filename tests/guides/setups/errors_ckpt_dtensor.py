@@ -58,3 +58,14 @@ def errors_ckpt_dtensor_two_mesh_grads(ns: dict) -> None:
 def errors_ckpt_dtensor_tp_mesh(ns: dict) -> None:
     """`tp_mesh`: a 1-D mesh of all ranks named "tp"."""
     ns.update(tp_mesh=_mesh((dist.get_world_size(),), ("tp",)))
+
+
+def errors_ckpt_dtensor_mixed_plain_grads(ns: dict) -> None:
+    """`model`: layer 0 sharded by `fully_shard`, layer 1 left plain (plain-tensor grads); grads
+    computed on the same batch on every rank."""
+    from torch.distributed.fsdp import fully_shard
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+    fully_shard(model[0], mesh=_mesh((dist.get_world_size(),)))
+    model(torch.randn(2, 4)).sum().backward()
+    ns.update(model=model)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 import torch
 import torch.nn as nn
 
@@ -55,3 +58,14 @@ def errors_fsdp_frozen_mlp(ns: dict) -> None:
     """`model`: an MLP whose first layer is frozen (weight and bias), as with a frozen backbone."""
     errors_fsdp_mlp(ns)
     ns["model"][0].requires_grad_(False)
+
+
+def errors_fsdp_sharded_and_plain(ns: dict) -> None:
+    """`model`: an MLP sharded by `fully_shard` over all ranks; `plain`: an unsharded MLP of the
+    same shape (what a single-process loader builds); `path`: a file path to save to."""
+    from torch.distributed.fsdp import fully_shard
+
+    errors_fsdp_mlp(ns)
+    fully_shard(ns["model"])
+    ns["plain"] = _mlp()
+    ns["path"] = os.path.join(tempfile.mkdtemp(prefix="errors_fsdp_"), "model.pt")
