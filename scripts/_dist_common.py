@@ -24,6 +24,7 @@ import datetime
 import json
 import logging
 import os
+import stat
 import sys
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
@@ -562,3 +563,54 @@ def state_digest(model, opt) -> str | None:
         h.update(k.encode())
         h.update(tensor_bytes(torch.as_tensor(flat[k])))
     return h.hexdigest()
+
+
+# -- checkpoints from disk ----------------------------------------------------------------
+
+def refuse_untrusted_checkpoint(path: str) -> None:
+    """Refuse a checkpoint folder that someone other than this user could have written.
+
+    Loading a DCP checkpoint runs code from it: ``dcp.load`` unpickles ``.metadata``
+    (``FileSystemReader.read_metadata`` calls ``pickle.load``) and ``torch.load``s byte
+    entries with ``weights_only=False``. A checkpoint is therefore only as trustworthy as
+    whoever can write it, so the folder and every file and folder in it must be owned by
+    this user and carry no group or other write bit. Self-contained (no import of the
+    skill's package) so the script still works when copied on its own.
+    """
+    if not hasattr(os, "geteuid"):  # no POSIX owners or modes to check (Windows)
+        return
+    uid = os.geteuid()
+    for dirpath, dirnames, filenames in os.walk(path):
+        for p in [dirpath] + [os.path.join(dirpath, n) for n in dirnames + filenames]:
+            try:
+                st = os.stat(p)  # follows symlinks: what torch would open
+            except OSError as e:
+                raise LaunchError(f"checkpoint {path}: cannot check {p}: {e.strerror}") from None
+            if st.st_uid != uid:
+                raise LaunchError(
+                    f"refusing checkpoint {path}: {p} is owned by uid {st.st_uid}, not by you "
+                    f"(uid {uid}); loading a checkpoint runs pickled code from it")
+            if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+                who = "its group" if not st.st_mode & stat.S_IWOTH else "other users"
+                raise LaunchError(
+                    f"refusing checkpoint {path}: {p} is writable by {who}, and loading a "
+                    f"checkpoint runs pickled code from it (if you trust it: chmod -R go-w {path})")
+
+
+def seal_checkpoint(path: str) -> None:
+    """Clear the group and other write bits of a checkpoint this process just saved.
+
+    Under a permissive umask (0002) DCP's files come out group-writable, and
+    ``refuse_untrusted_checkpoint`` would then refuse this user's own checkpoint.
+    """
+    if not hasattr(os, "geteuid"):
+        return
+    for dirpath, dirnames, filenames in os.walk(path):
+        for p in [dirpath] + [os.path.join(dirpath, n) for n in dirnames + filenames]:
+            try:
+                st = os.lstat(p)
+                if st.st_uid == os.geteuid() and not stat.S_ISLNK(st.st_mode) \
+                        and st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+                    os.chmod(p, stat.S_IMODE(st.st_mode) & ~(stat.S_IWGRP | stat.S_IWOTH))
+            except OSError:
+                pass  # another rank's file on a local disk, or one just renamed: not ours to fix

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -56,61 +55,13 @@ def build(args, d: common.Dist):
     return model, torch.optim.AdamW(model.parameters(), lr=args.lr)
 
 
-def refuse_untrusted_checkpoint(path: str) -> None:
-    """Refuse a checkpoint folder that someone other than this user could have written.
-
-    Loading a DCP checkpoint runs code from it: ``dcp.load`` unpickles ``.metadata``
-    (``FileSystemReader.read_metadata`` calls ``pickle.load``) and ``torch.load``s byte
-    entries with ``weights_only=False``. A checkpoint is therefore only as trustworthy as
-    whoever can write it, so the folder and every file and folder in it must be owned by
-    this user and carry no group or other write bit. Self-contained (no import of the
-    skill's package) so the script still works when copied on its own.
-    """
-    if not hasattr(os, "geteuid"):  # no POSIX owners or modes to check (Windows)
-        return
-    uid = os.geteuid()
-    for dirpath, dirnames, filenames in os.walk(path):
-        for p in [dirpath] + [os.path.join(dirpath, n) for n in dirnames + filenames]:
-            try:
-                st = os.stat(p)  # follows symlinks: what torch would open
-            except OSError as e:
-                raise common.LaunchError(f"checkpoint {path}: cannot check {p}: {e.strerror}") from None
-            if st.st_uid != uid:
-                raise common.LaunchError(
-                    f"refusing checkpoint {path}: {p} is owned by uid {st.st_uid}, not by you "
-                    f"(uid {uid}); loading a checkpoint runs pickled code from it")
-            if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-                who = "its group" if not st.st_mode & stat.S_IWOTH else "other users"
-                raise common.LaunchError(
-                    f"refusing checkpoint {path}: {p} is writable by {who}, and loading a "
-                    f"checkpoint runs pickled code from it (if you trust it: chmod -R go-w {path})")
-
-
-def seal_checkpoint(path: str) -> None:
-    """Clear the group and other write bits of a checkpoint this process just saved.
-
-    Under a permissive umask (0002) DCP's files come out group-writable, and
-    ``refuse_untrusted_checkpoint`` would then refuse this user's own checkpoint.
-    """
-    if not hasattr(os, "geteuid"):
-        return
-    for dirpath, dirnames, filenames in os.walk(path):
-        for p in [dirpath] + [os.path.join(dirpath, n) for n in dirnames + filenames]:
-            try:
-                st = os.lstat(p)
-                if st.st_uid == os.geteuid() and not stat.S_ISLNK(st.st_mode) \
-                        and st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-                    os.chmod(p, stat.S_IMODE(st.st_mode) & ~(stat.S_IWGRP | stat.S_IWOTH))
-            except OSError:
-                pass  # another rank's file on a local disk, or one just renamed: not ours to fix
-
 
 def load_checkpoint(path: str, model, opt) -> int:
     """Load model + optimizer from any world size's checkpoint; return the next step."""
     if not os.path.isfile(os.path.join(path, ".metadata")):
         raise common.LaunchError(f"--load {path}: not a DCP checkpoint (no .metadata)")
     # dcp.load unpickles the checkpoint: refuse one another user could have written.
-    refuse_untrusted_checkpoint(path)
+    common.refuse_untrusted_checkpoint(path)
     model_sd, optim_sd = get_state_dict(model, opt)
     state = {"model": model_sd, "optim": optim_sd, "trainer": {"next_step": 0}}
     dcp.load(state, checkpoint_id=path)  # in place: each rank reads its new shards
@@ -201,10 +152,10 @@ def main(argv=None) -> None:
                     pending = dcp.async_save(state, checkpoint_id=args.save, process_group=ckpt_pg)
                 else:
                     dcp.save(state, checkpoint_id=args.save)
-                    seal_checkpoint(args.save)
+                    common.seal_checkpoint(args.save)
         if pending is not None:
             pending.result()  # the checkpoint is complete only after this
-            seal_checkpoint(args.save)
+            common.seal_checkpoint(args.save)
         if args.export_full:
             export_full(model, args.export_full)
         common.summary(d, __file__, losses, args.steps, start_step=start, loaded_digest=loaded_digest,

@@ -31,7 +31,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import stat
 import sys
 import time
 
@@ -64,7 +63,7 @@ def save_checkpoint(root: str, next_step: int, state: dict, keep: int) -> None:
     tmp = final + ".tmp"
     dcp.save(state, checkpoint_id=tmp)
     maybe_fail("save", next_step - 1)
-    seal_checkpoint(tmp)  # each rank after its own shards are written, before the commit
+    common.seal_checkpoint(tmp)  # each rank after its own shards are written, before the commit
     dist.barrier()  # every rank's shards are on disk
     if dist.get_rank() == 0:
         os.replace(tmp, final)  # the commit: atomic on one filesystem
@@ -83,54 +82,6 @@ def remove_partial_checkpoints(root: str) -> list[str]:
     dist.barrier()
     return stale
 
-
-def refuse_untrusted_checkpoint(path: str) -> None:
-    """Refuse a checkpoint folder that someone other than this user could have written.
-
-    Loading a DCP checkpoint runs code from it: ``dcp.load`` unpickles ``.metadata``
-    (``FileSystemReader.read_metadata`` calls ``pickle.load``) and ``torch.load``s byte
-    entries with ``weights_only=False``. A checkpoint is therefore only as trustworthy as
-    whoever can write it, so the folder and every file and folder in it must be owned by
-    this user and carry no group or other write bit. Self-contained (no import of the
-    skill's package) so the script still works when copied on its own.
-    """
-    if not hasattr(os, "geteuid"):  # no POSIX owners or modes to check (Windows)
-        return
-    uid = os.geteuid()
-    for dirpath, dirnames, filenames in os.walk(path):
-        for p in [dirpath] + [os.path.join(dirpath, n) for n in dirnames + filenames]:
-            try:
-                st = os.stat(p)  # follows symlinks: what torch would open
-            except OSError as e:
-                raise common.LaunchError(f"checkpoint {path}: cannot check {p}: {e.strerror}") from None
-            if st.st_uid != uid:
-                raise common.LaunchError(
-                    f"refusing checkpoint {path}: {p} is owned by uid {st.st_uid}, not by you "
-                    f"(uid {uid}); loading a checkpoint runs pickled code from it")
-            if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-                who = "its group" if not st.st_mode & stat.S_IWOTH else "other users"
-                raise common.LaunchError(
-                    f"refusing checkpoint {path}: {p} is writable by {who}, and loading a "
-                    f"checkpoint runs pickled code from it (if you trust it: chmod -R go-w {path})")
-
-
-def seal_checkpoint(path: str) -> None:
-    """Clear the group and other write bits of a checkpoint this process just saved.
-
-    Under a permissive umask (0002) DCP's files come out group-writable, and
-    ``refuse_untrusted_checkpoint`` would then refuse this user's own checkpoint.
-    """
-    if not hasattr(os, "geteuid"):
-        return
-    for dirpath, dirnames, filenames in os.walk(path):
-        for p in [dirpath] + [os.path.join(dirpath, n) for n in dirnames + filenames]:
-            try:
-                st = os.lstat(p)
-                if st.st_uid == os.geteuid() and not stat.S_ISLNK(st.st_mode) \
-                        and st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-                    os.chmod(p, stat.S_IMODE(st.st_mode) & ~(stat.S_IWGRP | stat.S_IWOTH))
-            except OSError:
-                pass  # another rank's file on a local disk, or one just renamed: not ours to fix
 
 
 _FAIL: dict = {}
@@ -190,7 +141,7 @@ def main(argv=None) -> None:
         if found[0]:
             # dcp.load unpickles the checkpoint, and any step_* folder in --ckpt-dir is picked
             # up: refuse one another user could have written (or planted) before reading it.
-            refuse_untrusted_checkpoint(found[0])
+            common.refuse_untrusted_checkpoint(found[0])
             model_sd, optim_sd = get_state_dict(model, opt)
             state = {"model": model_sd, "optim": optim_sd, "trainer": {"next_step": 0, "losses": []}}
             dcp.load(state, checkpoint_id=found[0])

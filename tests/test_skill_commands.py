@@ -59,4 +59,5 @@ def test_torchrun_commands(cmd, tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     summary = json.loads(out.stdout.strip().splitlines()[-1])
-    assert summary["world_size"] == 2 and summary["losses"]
+    # Training examples report their losses; the diagnostics tool reports its verdict.
+    assert summary["world_size"] == 2 and (summary.get("losses") or summary.get("ok") is True), summary

@@ -86,7 +86,21 @@ def test_eval_cli_meets_the_quality_bar(built_data):
     import json
 
     overall = json.loads(out.stdout)["overall"]
-    assert overall["recall@1"] >= 0.75 and overall["recall@5"] >= 0.95 and overall["mrr@10"] >= 0.85, overall
+    # Regression bars a little under today's dev figures (R@1 0.85, R@5 0.96, MRR 0.89).
+    assert overall["recall@1"] >= 0.80 and overall["recall@5"] >= 0.93 and overall["mrr@10"] >= 0.85, overall
+
+
+def test_eval_answers_meet_the_bar(built_data):
+    env = dict(os.environ, FSDP_SKILL_ROOT=str(REPO), FSDP_SKILL_DATA_DIR=str(built_data))
+    out = subprocess.run([sys.executable, "-m", "fsdp_skill.cli", "eval", "--questions", str(DEV), "--answers",
+                          "--json"], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    import json
+
+    groups = json.loads(out.stdout)["groups"]
+    # Today: facts 0.875, fully answered 0.81; every output within the 6,000-character default.
+    assert groups["overall"]["facts_stated"] >= 0.84 and groups["overall"]["fully_answered"] >= 0.75, groups["overall"]
+    assert groups["overall"]["max_chars"] <= 6000
 
 
 def test_eval_cli_bad_file_is_one_line(tmp_path):

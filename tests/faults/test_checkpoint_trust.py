@@ -51,7 +51,7 @@ def scripts():
 
 @pytest.mark.parametrize("name", LOADERS)
 def test_refuses_group_or_other_writable_checkpoints(scripts, name, tmp_path):
-    check = scripts[name].refuse_untrusted_checkpoint
+    check = scripts[name].common.refuse_untrusted_checkpoint
     LaunchError = scripts[name].common.LaunchError
     ck = hostile_checkpoint(tmp_path / "ck", tmp_path / "marker")
     check(str(ck))  # this user's, writable by nobody else: allowed
@@ -70,7 +70,7 @@ def test_refuses_group_or_other_writable_checkpoints(scripts, name, tmp_path):
 
 @pytest.mark.parametrize("name", LOADERS)
 def test_refuses_checkpoints_owned_by_another_user(scripts, name, tmp_path):
-    check = scripts[name].refuse_untrusted_checkpoint
+    check = scripts[name].common.refuse_untrusted_checkpoint
     LaunchError = scripts[name].common.LaunchError
     ck = hostile_checkpoint(tmp_path / "ck", tmp_path / "marker")
     if os.geteuid() == 0:
