@@ -108,6 +108,19 @@ def _norm(text):
     return " ".join(text.lower().split())
 
 
+def answer_text(output):
+    """The output without typed API signature lines: a parameter named in a signature
+    (`sync_module_states: bool = False`) tells the reader nothing about what it does."""
+    return "\n".join(line for line in output.splitlines() if not _is_signature(line))
+
+
+def _is_signature(line):
+    if not line.startswith(("class torch.", "torch.")) or "(" not in line:
+        return False
+    params = line.split("(", 1)[1]
+    return ": " in params or " -> " in line
+
+
 def fact_covered(fact, output):
     """True when every term group of `fact` has an alternative in `output` (already _norm-ed)."""
     return all(any(_norm(t) in output for t in group) for group in fact["terms"])
@@ -120,7 +133,7 @@ def evaluate_answers(questions, output_fn):
         if not q.get("answer_facts"):
             continue
         out = output_fn(q["question"])
-        norm = _norm(out)
+        norm = _norm(answer_text(out))
         covered = [fact_covered(f, norm) for f in q["answer_facts"]]
         rows.append({"id": q["id"], "topic": q["topic"], "kind": q.get("kind", "howto"),
                      "question": q["question"], "chars": len(out), "output": out,

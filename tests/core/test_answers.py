@@ -136,3 +136,13 @@ def test_a_quoted_error_title_is_boosted():
     order = [d for d, _ in _quoted_titles_first(idx, query, ranked, {})]
     assert order[0] == 1          # the quoted message wins
     assert order[1:] == [0, 2]    # a short title ("DDP") found in the query by chance gets nothing
+
+
+def test_a_parameter_named_in_a_signature_is_not_an_answer():
+    from fsdp_skill.eval import answer_text
+
+    out = ("```python\nclass torch.distributed.fsdp.FullyShardedDataParallel(module: Module, "
+           "sync_module_states: bool = False)\n```\nUse `torch.cuda.set_device(local_rank)` first.")
+    fact = {"fact": "f", "terms": [["sync_module_states"]]}
+    assert fact_covered(fact, _norm(out)) and not fact_covered(fact, _norm(answer_text(out)))
+    assert "set_device(local_rank)" in answer_text(out)   # code that is not a signature stays
