@@ -16,7 +16,7 @@ import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
-from . import paths
+from . import fsswap, paths
 from .freshness import ENGINE, stale_reason
 
 
@@ -68,15 +68,12 @@ def build_docstring_pages(api_dir, progress=_say):
 
 
 def _swap_dir(new, target):
-    """Put folder `new` at `target`, replacing it; the old one is removed after the rename."""
+    """Put folder `new` at `target`, replacing it (in one atomic exchange where the OS has
+    one, see fsswap); the old tree is removed afterwards."""
     target = Path(target)
-    old = None
-    if target.exists():
-        old = target.with_name(f".{target.name}-old-{os.getpid()}")
-        os.replace(target, old)
-    os.replace(new, target)
-    if old:
-        shutil.rmtree(old, ignore_errors=True)
+    previous = fsswap.swap_in(Path(new), target, target.with_name(f".{target.name}-old-{os.getpid()}"))
+    if previous is not None:
+        fsswap.rmtree(previous)
 
 
 def collect_chunks(dirs):

@@ -258,12 +258,6 @@ def format_report(report):
     return "\n".join(lines) + "\n"
 
 
-def _capped(query):
-    from .search import MAX_QUERY_CHARS
-
-    return query[:MAX_QUERY_CHARS]
-
-
 def main(argv=None):
     p = OneLineParser(prog="fsdp-skill eval", description="Measure search quality on labelled questions.")
     p.add_argument("--questions", required=True, help="YAML file: questions: [{id, question, relevant, topic, source}]")
@@ -296,7 +290,7 @@ def main(argv=None):
 
             report = evaluate_answers(questions, lambda q: default_output(index, q, source=args.source))
         else:
-            report = evaluate(questions, lambda q: search(index, _capped(q), k=args.k, source=args.source), k=args.k)
+            report = evaluate(questions, lambda q: search(index, q, k=args.k, source=args.source), k=args.k)
     finally:
         index.close()
     if args.answers and not args.json:

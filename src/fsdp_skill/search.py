@@ -19,8 +19,8 @@ class SearchError(Exception):
     """A search that cannot be answered; the message is for the user."""
 
 
-def open_fresh(root=None, force=False):
-    """Open the skill's index, (re)building it first when it is missing, stale or `force`d.
+def open_fresh(root=None):
+    """Open the skill's index, (re)building it first when it is missing or stale.
 
     A read-only skill whose shipped index is stale (torch was upgraded) is rebuilt in the user
     cache instead, as the README promises.
@@ -28,21 +28,19 @@ def open_fresh(root=None, force=False):
     from .freshness import open_if_fresh
 
     index_file = paths.index_path(root)
-    if not force:
-        index, _ = open_if_fresh(index_file, paths.page_dirs(root), paths.installed_torch_version())
-        if index is not None:
-            return index
+    index, _ = open_if_fresh(index_file, paths.page_dirs(root), paths.installed_torch_version())
+    if index is not None:
+        return index
     if os.path.exists(index_file) and paths.use_cache_for(root):
+        # An earlier search may already have built the cache's copy.
         index, _ = open_if_fresh(paths.index_path(root), paths.page_dirs(root), paths.installed_torch_version())
-        if index is not None and not force:
-            return index
         if index is not None:
-            index.close()
+            return index
     try:
         # Imported here: the build's dependencies may be missing where an index is only served.
         from .build import BuildError, ensure_index
 
-        index_file = ensure_index(root, force=force)
+        index_file = ensure_index(root)
     except ImportError as exc:  # listed first: BuildError is unbound when the import failed
         # A plain copy of the skill (git clone, npx skills add) in a Python without the build
         # requirements: one line with the exact command that installs them.

@@ -220,7 +220,7 @@ def _cut_note(left, max_chars):
 
 
 def render_markdown(query, results, max_chars, page):
-    """The hits as markdown, at most `max_chars` long.
+    """The hits as markdown, at most `max_chars` long (`query` as search.condense_query left it).
 
     Every hit gets a share of the budget: a hit longer than its share shows its first block and
     the blocks that match the query best. The first hit is always shown (cut to fit); hits that
@@ -228,19 +228,18 @@ def render_markdown(query, results, max_chars, page):
     """
     if not results:
         return _bounded(f"No results for {query!r}" + (f" on page {page}" if page > 1 else "") + ".\n", max_chars)
-    from .search import condense_query
     from .tokenize import tokenize
 
-    terms = set(tokenize(condense_query(query)))
+    terms = set(tokenize(query))
     blocks = [_block(r) for r in results]
+    top = max(float(results[0].get("score") or 0.0), 1e-9)
+    weights = [max(float(r.get("score") or 0.0), 0.0) / top or 1.0 for r in results]
     shown = len(blocks)
     while True:
         note = len(_cut_note(len(blocks) - shown, max_chars)) if shown < len(blocks) else 0
         heads = sum(len(h) + 4 for h, _ in blocks[:shown])
         budget = max_chars - heads - note - 1
-        top = max(float(results[0].get("score") or 0.0), 1e-9)
-        weights = [max(float(r.get("score") or 0.0), 0.0) / top or 1.0 for r in results[:shown]]
-        caps = _text_caps([len(t) for _, t in blocks[:shown]], budget, weights)
+        caps = _text_caps([len(t) for _, t in blocks[:shown]], budget, weights[:shown])
         if shown == 1 or min(caps[1:], default=MIN_HIT_CHARS) >= min(MIN_HIT_CHARS, *(len(t) for _, t in blocks[1:shown])):
             break
         shown -= 1
@@ -260,7 +259,7 @@ def render_markdown(query, results, max_chars, page):
             caps[i] -= 100
             texts[i] = excerpt(blocks[i][1], terms, caps[i])
     out = []
-    for (head, full), text in zip(blocks[:shown], texts):
+    for (head, _), text in zip(blocks[:shown], texts):
         out.append(f"{head}\n\n{text}\n\n")
     tail = _cut_note(len(blocks) - shown, max_chars) if shown < len(blocks) else ""
     body = "".join(out)
@@ -280,9 +279,9 @@ def _bounded(text, max_chars):
 
 def default_output(index, query, source=None):
     """Exactly what `search.py QUERY` prints with the default options (used by eval --answers)."""
-    from .search import MAX_QUERY_CHARS, search
+    from .search import condense_query, search
 
-    query = query[:MAX_QUERY_CHARS]
+    query = condense_query(query)
     results = search(index, query, k=DEFAULTS["k"], page=1, source=source)
     return render_markdown(query, results, DEFAULTS["max_chars"], 1)
 

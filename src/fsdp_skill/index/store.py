@@ -172,7 +172,7 @@ class Index:
             self._crc = {name: int(self.header[f"{name}_crc"]) for name in WHOLE_SECTIONS}
         except (KeyError, ValueError, UnicodeDecodeError):
             raise IndexError_(f"{path}: index header is corrupt") from None
-        pos = len(MAGIC) + end - len(MAGIC) + 2
+        pos = end + 2  # sections start right after the blank line that ends the header
         for name in SECTIONS:
             off, size = self._sec[name]
             if off != pos or size < 0:
@@ -272,7 +272,8 @@ class Index:
     def verify(self):
         """Check every checksum of the file (a query checks only what it reads)."""
         self.stamp()
-        self.prior(0) if self.n_docs else None
+        if self.n_docs:
+            self.prior(0)
         for line in self._whole("vocab").split(b"\n")[1:]:
             if line:
                 self.term(line.split(b"\t", 1)[0].decode("utf-8", "replace"))
