@@ -26,8 +26,8 @@ import logging
 import os
 import stat
 import sys
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
 
 import torch
 import torch.distributed as dist
@@ -62,6 +62,7 @@ def _positive(kind):
         if value <= 0:
             raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
         return value
+
     parse.__name__ = f"positive {kind.__name__}"
     return parse
 
@@ -70,23 +71,37 @@ positive_int = _positive(int)
 positive_float = _positive(float)
 
 
-def base_parser(description: str, *, steps: int | None = 8, lr: float = 1e-2) -> argparse.ArgumentParser:
+def base_parser(
+    description: str, *, steps: int | None = 8, lr: float = 1e-2
+) -> argparse.ArgumentParser:
     """Flags every example shares. steps=None: the script's data decides how many steps."""
     p = _OneLineParser(
         description=description,
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("--device", default="auto",
-                   help="'auto' (the accelerator if present, else cpu), 'cpu', 'cuda', ...")
-    p.add_argument("--backend", default="auto",
-                   help="'auto' (the default for the device: nccl on CUDA, gloo on CPU) or a name: "
-                        + ", ".join(KNOWN_BACKENDS))
+    p.add_argument(
+        "--device",
+        default="auto",
+        help="'auto' (the accelerator if present, else cpu), 'cpu', 'cuda', ...",
+    )
+    p.add_argument(
+        "--backend",
+        default="auto",
+        help="'auto' (the default for the device: nccl on CUDA, gloo on CPU) or a name: "
+        + ", ".join(KNOWN_BACKENDS),
+    )
     if steps is not None:
         p.add_argument("--steps", type=positive_int, default=steps, help="optimizer steps")
     p.add_argument("--lr", type=float, default=lr)
-    p.add_argument("--seed", type=int, default=0, help="weights use this seed; data adds the dp rank")
-    p.add_argument("--timeout-s", type=positive_float, default=120.0,
-                   help="collective timeout, so a broken peer ends the run instead of hanging it")
+    p.add_argument(
+        "--seed", type=int, default=0, help="weights use this seed; data adds the dp rank"
+    )
+    p.add_argument(
+        "--timeout-s",
+        type=positive_float,
+        default=120.0,
+        help="collective timeout, so a broken peer ends the run instead of hanging it",
+    )
     return p
 
 
@@ -112,12 +127,15 @@ def pick_device(device_arg: str, local_rank: int) -> torch.device:
         raise LaunchError(f"unknown device {device_arg!r}") from e
     acc = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
     if acc is None or acc.type != device.type:
-        raise LaunchError(f"device {device_arg!r} is not available on this machine (use --device cpu)")
+        raise LaunchError(
+            f"device {device_arg!r} is not available on this machine (use --device cpu)"
+        )
     count = torch.accelerator.device_count()
     if local_rank >= count:
         raise LaunchError(
             f"LOCAL_RANK {local_rank} has no {device.type} device ({count} visible); "
-            f"launch at most {count} processes per node")
+            f"launch at most {count} processes per node"
+        )
     torch.accelerator.set_device_index(local_rank)
     return torch.device(device.type, local_rank)
 
@@ -127,7 +145,9 @@ def pick_backend(backend_arg: str, device: torch.device) -> str:
         return dist.get_default_backend_for_device(device)
     name = backend_arg.lower()
     if name not in KNOWN_BACKENDS:
-        raise LaunchError(f"unknown backend {backend_arg!r}; choose one of: auto, " + ", ".join(KNOWN_BACKENDS))
+        raise LaunchError(
+            f"unknown backend {backend_arg!r}; choose one of: auto, " + ", ".join(KNOWN_BACKENDS)
+        )
     if not dist.is_backend_available(name):
         raise LaunchError(f"backend {name!r} is not available in this torch build")
     if name == "nccl" and device.type != "cuda":
@@ -143,14 +163,18 @@ def mesh_shape(world: int, names: tuple[str, str], outer: int, inner: int) -> tu
     one-line error on every rank instead of a hang in a half-built mesh.
     """
     if outer < 0 or inner < 0:
-        raise LaunchError(f"mesh degrees must be >= 1 (or 0 for auto), got {names[0]}={outer} {names[1]}={inner}")
+        raise LaunchError(
+            f"mesh degrees must be >= 1 (or 0 for auto), got {names[0]}={outer} {names[1]}={inner}"
+        )
     if inner == 0:
         inner = world // outer if outer else (2 if world % 2 == 0 else 1)
     if outer == 0:
         outer = max(world // inner, 1)
     if outer * inner != world:
-        raise LaunchError(f"{names[0]}={outer} x {names[1]}={inner} needs {outer * inner} ranks, "
-                          f"but the world size is {world}")
+        raise LaunchError(
+            f"{names[0]}={outer} x {names[1]}={inner} needs {outer * inner} ranks, "
+            f"but the world size is {world}"
+        )
     return outer, inner
 
 
@@ -167,7 +191,7 @@ class Dist:
     device: torch.device
     backend: str
     pg_backend: str = ""  # what init_process_group got, e.g. "cuda:nccl,cpu:gloo"
-    launch: int = 1       # 1 on the first start, n on the (n-1)th restart; equal on all ranks
+    launch: int = 1  # 1 on the first start, n on the (n-1)th restart; equal on all ranks
 
     @property
     def is_main(self) -> bool:
@@ -241,16 +265,25 @@ def distributed(args: argparse.Namespace, *, cpu_collectives: bool = False) -> I
         # nodes, or init waits out the timeout (see launch_number).
         store, rank, world = next(dist.rendezvous("env://", timeout=timeout))
         launch = launch_number(store, rank, world)
-        dist.init_process_group(spec, store=dist.PrefixStore(f"launch_{launch}", store),
-                                rank=rank, world_size=world, timeout=timeout, device_id=device_id)
+        dist.init_process_group(
+            spec,
+            store=dist.PrefixStore(f"launch_{launch}", store),
+            rank=rank,
+            world_size=world,
+            timeout=timeout,
+            device_id=device_id,
+        )
     else:
         if world != 1:
             raise LaunchError(f"WORLD_SIZE={world} but no MASTER_ADDR; launch with torchrun")
         launch = 1
-        dist.init_process_group(spec, store=dist.HashStore(), rank=0, world_size=1,
-                                timeout=timeout, device_id=device_id)
+        dist.init_process_group(
+            spec, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout, device_id=device_id
+        )
     try:
-        yield Dist(dist.get_rank(), dist.get_world_size(), local_rank, device, backend, spec, launch)
+        yield Dist(
+            dist.get_rank(), dist.get_world_size(), local_rank, device, backend, spec, launch
+        )
         # Tear down together: a rank that destroys its gloo group while a peer
         # is still using the connections can abort the peer at exit.
         dist.barrier()
@@ -263,7 +296,11 @@ def run(main: Callable[[Sequence[str] | None], None], argv: Sequence[str] | None
     try:
         main(argv)
     except LaunchError as e:
-        prefix = f"[rank {os.environ['RANK']}] " if "RANK" in os.environ and world_size_from_env() > 1 else ""
+        prefix = (
+            f"[rank {os.environ['RANK']}] "
+            if "RANK" in os.environ and world_size_from_env() > 1
+            else ""
+        )
         print(f"{prefix}error: {e}", file=sys.stderr, flush=True)
         sys.exit(2)
     except KeyboardInterrupt:
@@ -304,8 +341,15 @@ def data_generator(seed: int, dp_rank: int, step: int, micro: int = 0) -> torch.
 VOCAB, DIM, HEADS, LAYERS, SEQ = 64, 32, 4, 2, 16
 
 
-def token_batch(seed: int, dp_rank: int, step: int, batch_size: int = 4, micro: int = 0,
-                vocab: int = VOCAB, seq: int = SEQ) -> tuple[torch.Tensor, torch.Tensor]:
+def token_batch(
+    seed: int,
+    dp_rank: int,
+    step: int,
+    batch_size: int = 4,
+    micro: int = 0,
+    vocab: int = VOCAB,
+    seq: int = SEQ,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Arithmetic sequences mod vocab: learnable (the loss falls) but not trivial,
     since the stride must be read from earlier tokens."""
     g = data_generator(seed, dp_rank, step, micro)
@@ -332,7 +376,9 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, _ = x.shape
         # -1 heads: under tensor parallelism each rank holds only its share of them.
-        q, k, v = (w(x).view(b, s, -1, self.head_dim).transpose(1, 2) for w in (self.wq, self.wk, self.wv))
+        q, k, v = (
+            w(x).view(b, s, -1, self.head_dim).transpose(1, 2) for w in (self.wq, self.wk, self.wv)
+        )
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.wo(out.transpose(1, 2).reshape(b, s, -1))
 
@@ -361,8 +407,14 @@ class Block(nn.Module):
 
 
 class ToyTransformer(nn.Module):
-    def __init__(self, vocab: int = VOCAB, dim: int = DIM, n_heads: int = HEADS,
-                 n_layers: int = LAYERS, max_seq: int = SEQ):
+    def __init__(
+        self,
+        vocab: int = VOCAB,
+        dim: int = DIM,
+        n_heads: int = HEADS,
+        n_layers: int = LAYERS,
+        max_seq: int = SEQ,
+    ):
         super().__init__()
         self.tok_embeddings = nn.Embedding(vocab, dim)
         self.pos_embeddings = nn.Embedding(max_seq, dim)
@@ -404,8 +456,9 @@ def copy_full_into(p: torch.Tensor, full: torch.Tensor) -> None:
     if isinstance(p, DTensor):
         # src_data_rank=None: every rank holds the same full tensor, so each slices its
         # own shard locally instead of receiving it from rank 0 (one scatter per parameter).
-        full = distribute_tensor(full.to(p.device_mesh.device_type), p.device_mesh, p.placements,
-                                 src_data_rank=None)
+        full = distribute_tensor(
+            full.to(p.device_mesh.device_type), p.device_mesh, p.placements, src_data_rank=None
+        )
         p.to_local().copy_(full.to_local())
     else:
         p.copy_(full.to(p.device))
@@ -467,7 +520,9 @@ def max_shard_diff(model: nn.Module, ref: nn.Module, grads: bool = False) -> flo
         if a is None and b is None:
             continue
         if isinstance(a, DTensor):
-            b = distribute_tensor(b.detach().to(a.device_mesh.device_type), a.device_mesh, a.placements)
+            b = distribute_tensor(
+                b.detach().to(a.device_mesh.device_type), a.device_mesh, a.placements
+            )
             a, b = a.to_local(), b.to_local()
         worst = max(worst, (a.detach().float().cpu() - b.detach().float().cpu()).abs().max().item())
     return worst
@@ -500,12 +555,17 @@ def peak_memory(d: Dist) -> dict[str, list[int]]:
     """
     if d.device.type != "cuda":
         return {}
-    mine = torch.tensor([torch.cuda.max_memory_allocated(d.device), torch.cuda.max_memory_reserved(d.device)],
-                        dtype=torch.float64, device=d.device)
+    mine = torch.tensor(
+        [torch.cuda.max_memory_allocated(d.device), torch.cuda.max_memory_reserved(d.device)],
+        dtype=torch.float64,
+        device=d.device,
+    )
     every = torch.zeros(d.world_size, 2, dtype=torch.float64, device=d.device)
     dist.all_gather_into_tensor(every, mine)
-    return {"peak_mem_allocated_bytes": [int(v) for v in every[:, 0].tolist()],
-            "peak_mem_reserved_bytes": [int(v) for v in every[:, 1].tolist()]}
+    return {
+        "peak_mem_allocated_bytes": [int(v) for v in every[:, 0].tolist()],
+        "peak_mem_reserved_bytes": [int(v) for v in every[:, 1].tolist()],
+    }
 
 
 def summary(d: Dist, script: str, losses: list[float], steps: int, **extra: object) -> None:
@@ -515,9 +575,19 @@ def summary(d: Dist, script: str, losses: list[float], steps: int, **extra: obje
     """
     mem = peak_memory(d)
     if d.is_main:
-        rec = {"script": os.path.basename(script), "world_size": d.world_size, "backend": d.backend,
-               "pg_backend": d.pg_backend, "launch": d.launch, "device": d.device.type, "steps": steps,
-               "losses": losses, "fp32_precision": fp32_precision(), **mem, **extra}
+        rec = {
+            "script": os.path.basename(script),
+            "world_size": d.world_size,
+            "backend": d.backend,
+            "pg_backend": d.pg_backend,
+            "launch": d.launch,
+            "device": d.device.type,
+            "steps": steps,
+            "losses": losses,
+            "fp32_precision": fp32_precision(),
+            **mem,
+            **extra,
+        }
         print(json.dumps(rec, sort_keys=True), flush=True)
 
 
@@ -532,8 +602,10 @@ def require_numpy(what: str) -> None:
     try:
         torch.zeros(1).numpy()
     except RuntimeError:
-        raise LaunchError(f"numpy is needed for {what} (torch's object collectives call "
-                          "Tensor.numpy()); pip install numpy") from None
+        raise LaunchError(
+            f"numpy is needed for {what} (torch's object collectives call "
+            "Tensor.numpy()); pip install numpy"
+        ) from None
 
 
 def tensor_bytes(t: torch.Tensor) -> bytes:
@@ -567,6 +639,7 @@ def state_digest(model, opt) -> str | None:
 
 # -- checkpoints from disk ----------------------------------------------------------------
 
+
 def refuse_untrusted_checkpoint(path: str) -> None:
     """Refuse a checkpoint folder that someone other than this user could have written.
 
@@ -589,12 +662,14 @@ def refuse_untrusted_checkpoint(path: str) -> None:
             if st.st_uid != uid:
                 raise LaunchError(
                     f"refusing checkpoint {path}: {p} is owned by uid {st.st_uid}, not by you "
-                    f"(uid {uid}); loading a checkpoint runs pickled code from it")
+                    f"(uid {uid}); loading a checkpoint runs pickled code from it"
+                )
             if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
                 who = "its group" if not st.st_mode & stat.S_IWOTH else "other users"
                 raise LaunchError(
                     f"refusing checkpoint {path}: {p} is writable by {who}, and loading a "
-                    f"checkpoint runs pickled code from it (if you trust it: chmod -R go-w {path})")
+                    f"checkpoint runs pickled code from it (if you trust it: chmod -R go-w {path})"
+                )
 
 
 def seal_checkpoint(path: str) -> None:
@@ -609,8 +684,11 @@ def seal_checkpoint(path: str) -> None:
         for p in [dirpath] + [os.path.join(dirpath, n) for n in dirnames + filenames]:
             try:
                 st = os.lstat(p)
-                if st.st_uid == os.geteuid() and not stat.S_ISLNK(st.st_mode) \
-                        and st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+                if (
+                    st.st_uid == os.geteuid()
+                    and not stat.S_ISLNK(st.st_mode)
+                    and st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+                ):
                     os.chmod(p, stat.S_IMODE(st.st_mode) & ~(stat.S_IWGRP | stat.S_IWOTH))
             except OSError:
                 pass  # another rank's file on a local disk, or one just renamed: not ours to fix

@@ -34,15 +34,18 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import _dist_common as common
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
-                                                     get_state_dict, set_state_dict)
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_state_dict,
+    set_state_dict,
+)
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
-
-import _dist_common as common
 
 
 def build(args, d: common.Dist):
@@ -53,7 +56,6 @@ def build(args, d: common.Dist):
         fully_shard(block, mesh=mesh)
     fully_shard(model, mesh=mesh)
     return model, torch.optim.AdamW(model.parameters(), lr=args.lr)
-
 
 
 def load_checkpoint(path: str, model, opt) -> int:
@@ -74,9 +76,12 @@ def save_state(model, opt, next_step: int):
     return {"model": model_sd, "optim": optim_sd, "trainer": {"next_step": next_step}}
 
 
-
-
-_ST_DTYPES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16", torch.int64: "I64"}
+_ST_DTYPES = {
+    torch.float32: "F32",
+    torch.float16: "F16",
+    torch.bfloat16: "BF16",
+    torch.int64: "I64",
+}
 
 
 def write_safetensors(state: dict[str, torch.Tensor], path: str) -> None:
@@ -86,8 +91,11 @@ def write_safetensors(state: dict[str, torch.Tensor], path: str) -> None:
     for name in sorted(state):
         t = state[name].detach().cpu().contiguous()
         raw = common.tensor_bytes(t)  # not .numpy(): torch does not install numpy
-        header[name] = {"dtype": _ST_DTYPES[t.dtype], "shape": list(t.shape),
-                        "data_offsets": [offset, offset + len(raw)]}
+        header[name] = {
+            "dtype": _ST_DTYPES[t.dtype],
+            "shape": list(t.shape),
+            "data_offsets": [offset, offset + len(raw)],
+        }
         blobs.append(raw)
         offset += len(raw)
     head = json.dumps(header, separators=(",", ":")).encode()
@@ -114,9 +122,14 @@ def main(argv=None) -> None:
     p.add_argument("--max-norm", type=float, default=1.0)
     p.add_argument("--load", metavar="DIR", help="resume from this DCP checkpoint (any world size)")
     p.add_argument("--save", metavar="DIR", help="save a DCP checkpoint here after training")
-    p.add_argument("--async-save", action="store_true",
-                   help="save with dcp.async_save, halfway through the steps, while training continues")
-    p.add_argument("--export-full", metavar="FILE", help="also write the unsharded model as safetensors")
+    p.add_argument(
+        "--async-save",
+        action="store_true",
+        help="save with dcp.async_save, halfway through the steps, while training continues",
+    )
+    p.add_argument(
+        "--export-full", metavar="FILE", help="also write the unsharded model as safetensors"
+    )
     args = p.parse_args(argv)
     if args.async_save and not args.save:
         raise common.LaunchError("--async-save needs --save DIR")
@@ -136,7 +149,9 @@ def main(argv=None) -> None:
         save_after = start + (args.steps // 2 if args.async_save else args.steps) - 1
         losses = []
         for step in range(start, start + args.steps):
-            x, y = (t.to(d.device) for t in common.token_batch(args.seed, d.rank, step, args.batch_size))
+            x, y = (
+                t.to(d.device) for t in common.token_batch(args.seed, d.rank, step, args.batch_size)
+            )
             loss = common.lm_loss(model(x), y)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_norm)
@@ -158,9 +173,17 @@ def main(argv=None) -> None:
             common.seal_checkpoint(args.save)
         if args.export_full:
             export_full(model, args.export_full)
-        common.summary(d, __file__, losses, args.steps, start_step=start, loaded_digest=loaded_digest,
-                       saved_digest=saved_digest, saved_next_step=save_after + 1 if args.save else None,
-                       final_digest=common.state_digest(model, opt))
+        common.summary(
+            d,
+            __file__,
+            losses,
+            args.steps,
+            start_step=start,
+            loaded_digest=loaded_digest,
+            saved_digest=saved_digest,
+            saved_next_step=save_after + 1 if args.save else None,
+            final_digest=common.state_digest(model, opt),
+        )
 
 
 if __name__ == "__main__":

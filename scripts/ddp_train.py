@@ -32,13 +32,12 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import _dist_common as common
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
-
-import _dist_common as common
 
 IN_FEATURES = 16
 
@@ -56,15 +55,18 @@ def build_model(seed: int) -> nn.Module:
     return nn.Sequential(nn.Linear(IN_FEATURES, 64), nn.ReLU(), nn.Linear(64, 1))
 
 
-def make_loader(dataset, world_size: int, rank: int, batch_size: int, seed: int,
-                pin_memory: bool = False) -> DataLoader:
+def make_loader(
+    dataset, world_size: int, rank: int, batch_size: int, seed: int, pin_memory: bool = False
+) -> DataLoader:
     # drop_last keeps every rank's batch count equal: DDP needs matching
     # collective calls on every rank (see join_uneven.py for the uneven case).
-    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True,
-                                 seed=seed, drop_last=True)
+    sampler = DistributedSampler(
+        dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed, drop_last=True
+    )
     # Pinned host memory lets .to(device, non_blocking=True) copy asynchronously.
-    return DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=True,
-                      pin_memory=pin_memory)
+    return DataLoader(
+        dataset, batch_size=batch_size, sampler=sampler, drop_last=True, pin_memory=pin_memory
+    )
 
 
 def endless(loader: DataLoader):
@@ -78,8 +80,15 @@ def endless(loader: DataLoader):
 
 def main(argv=None) -> None:
     p = common.base_parser(__doc__.splitlines()[0], steps=8, lr=0.05)
-    p.add_argument("--batch-size", type=common.positive_int, default=8, help="per rank, per micro-batch")
-    p.add_argument("--accum-steps", type=common.positive_int, default=2, help="micro-batches per optimizer step")
+    p.add_argument(
+        "--batch-size", type=common.positive_int, default=8, help="per rank, per micro-batch"
+    )
+    p.add_argument(
+        "--accum-steps",
+        type=common.positive_int,
+        default=2,
+        help="micro-batches per optimizer step",
+    )
     p.add_argument("--static-graph", action="store_true")
     args = p.parse_args(argv)
     if args.accum_steps < 1:
@@ -90,12 +99,22 @@ def main(argv=None) -> None:
         # device_ids only for accelerators; on CPU DDP uses the module's device.
         # gradient_as_bucket_view: .grad are views into DDP's communication buckets, not
         # a second copy of every gradient (one model's worth of memory saved).
-        ddp = DDP(model, device_ids=[d.device.index] if d.device.type != "cpu" else None,
-                  static_graph=args.static_graph, gradient_as_bucket_view=True)
+        ddp = DDP(
+            model,
+            device_ids=[d.device.index] if d.device.type != "cpu" else None,
+            static_graph=args.static_graph,
+            gradient_as_bucket_view=True,
+        )
         opt = torch.optim.SGD(ddp.parameters(), lr=args.lr)
 
-        loader = make_loader(make_dataset(args.seed), d.world_size, d.rank, args.batch_size, args.seed,
-                             pin_memory=d.device.type == "cuda")
+        loader = make_loader(
+            make_dataset(args.seed),
+            d.world_size,
+            d.rank,
+            args.batch_size,
+            args.seed,
+            pin_memory=d.device.type == "cuda",
+        )
         batches = endless(loader)
         losses = []
         for step in range(args.steps):
@@ -112,8 +131,14 @@ def main(argv=None) -> None:
             opt.zero_grad(set_to_none=True)
             losses.append(common.mean_across_ranks(step_loss))
             common.log_step(d, step, losses[-1])
-        common.summary(d, __file__, losses, args.steps, accum_steps=args.accum_steps,
-                       static_graph=args.static_graph)
+        common.summary(
+            d,
+            __file__,
+            losses,
+            args.steps,
+            accum_steps=args.accum_steps,
+            static_graph=args.static_graph,
+        )
         # Free DDP (its reducer holds the process group) before the group is
         # destroyed; with static_graph the late teardown otherwise aborts.
         del ddp, opt

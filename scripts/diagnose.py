@@ -54,10 +54,24 @@ import time
 import torch
 import torch.distributed as dist
 
-LAUNCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
-               "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_RUN_ID",
-               "TORCHELASTIC_USE_AGENT_STORE", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS",
-               "SLURM_JOB_ID", "SLURM_PROCID", "SLURM_NODEID")
+LAUNCH_VARS = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "ROLE_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_USE_AGENT_STORE",
+    "CUDA_VISIBLE_DEVICES",
+    "OMP_NUM_THREADS",
+    "SLURM_JOB_ID",
+    "SLURM_PROCID",
+    "SLURM_NODEID",
+)
 COMM_PREFIXES = ("NCCL_", "TORCH_", "GLOO_")
 CHECKS = ("barrier", "all_reduce", "all_gather", "reduce_scatter", "bandwidth")
 
@@ -82,22 +96,52 @@ class Parser(argparse.ArgumentParser):
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = Parser(description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
-                   help="auto: cuda when a GPU is visible, else cpu")
-    p.add_argument("--backend", default="auto", choices=["auto", "nccl", "gloo"],
-                   help="auto: nccl on cuda, gloo on cpu")
-    p.add_argument("--timeout-s", type=float, default=60.0,
-                   help="deadline for each step; a step past it is reported as a hang")
-    p.add_argument("--size-mb", type=float, default=None,
-                   help="message size for the bandwidth test (default: 256 on cuda, 8 on cpu)")
-    p.add_argument("--iters", type=int, default=None, help="timed repetitions (default: 20 on cuda, 3 on cpu)")
-    p.add_argument("--slow-factor", type=float, default=0.5,
-                   help="a rank below this fraction of the median throughput is reported as slow")
-    p.add_argument("--json", action="store_true", help="one JSON line on stdout instead of markdown")
+    p = Parser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    p.add_argument(
+        "--device",
+        default="auto",
+        choices=["auto", "cpu", "cuda"],
+        help="auto: cuda when a GPU is visible, else cpu",
+    )
+    p.add_argument(
+        "--backend",
+        default="auto",
+        choices=["auto", "nccl", "gloo"],
+        help="auto: nccl on cuda, gloo on cpu",
+    )
+    p.add_argument(
+        "--timeout-s",
+        type=float,
+        default=60.0,
+        help="deadline for each step; a step past it is reported as a hang",
+    )
+    p.add_argument(
+        "--size-mb",
+        type=float,
+        default=None,
+        help="message size for the bandwidth test (default: 256 on cuda, 8 on cpu)",
+    )
+    p.add_argument(
+        "--iters", type=int, default=None, help="timed repetitions (default: 20 on cuda, 3 on cpu)"
+    )
+    p.add_argument(
+        "--slow-factor",
+        type=float,
+        default=0.5,
+        help="a rank below this fraction of the median throughput is reported as slow",
+    )
+    p.add_argument(
+        "--json", action="store_true", help="one JSON line on stdout instead of markdown"
+    )
     args = p.parse_args(argv)
-    if args.timeout_s <= 0 or (args.size_mb is not None and args.size_mb <= 0) or \
-            (args.iters is not None and args.iters < 1) or not 0 < args.slow_factor < 1:
+    if (
+        args.timeout_s <= 0
+        or (args.size_mb is not None and args.size_mb <= 0)
+        or (args.iters is not None and args.iters < 1)
+        or not 0 < args.slow_factor < 1
+    ):
         p.error("need --timeout-s > 0, --size-mb > 0, --iters >= 1 and 0 < --slow-factor < 1")
     return args
 
@@ -118,33 +162,50 @@ def nccl_version() -> str | None:
 def local_info(args) -> dict:
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     info = {
-        "rank": int(os.environ.get("RANK", "0")), "host": socket.gethostname(), "pid": os.getpid(),
-        "python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
+        "rank": int(os.environ.get("RANK", "0")),
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
         "nccl": nccl_version() if torch.cuda.is_available() else None,
         "launcher": {k: os.environ[k] for k in LAUNCH_VARS if k in os.environ},
         "comm_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(COMM_PREFIXES)},
         "cuda_available": torch.cuda.is_available(),
         "gpus_visible": torch.cuda.device_count() if torch.cuda.is_available() else 0,
-        "device": None, "device_error": None,
+        "device": None,
+        "device_error": None,
     }
-    want = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    want = (
+        args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    )
     if want == "cpu":
         info["device"] = {"name": "cpu", "type": "cpu", "cores": os.cpu_count()}
     elif not torch.cuda.is_available():
         info["device_error"] = "--device cuda but no CUDA device is visible to this rank"
     elif local_rank >= torch.cuda.device_count():
-        info["device_error"] = (f"LOCAL_RANK {local_rank} but only {torch.cuda.device_count()} GPU(s) visible "
-                                f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})")
+        info["device_error"] = (
+            f"LOCAL_RANK {local_rank} but only {torch.cuda.device_count()} GPU(s) visible "
+            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})"
+        )
     else:
         torch.cuda.set_device(local_rank)
         props = torch.cuda.get_device_properties(local_rank)
         free, total = torch.cuda.mem_get_info(local_rank)
-        info["device"] = {"type": "cuda", "index": local_rank, "name": props.name, "uuid": str(props.uuid),
-                          "capability": f"{props.major}.{props.minor}",
-                          "mem_free_gib": round(free / 2**30, 1), "mem_total_gib": round(total / 2**30, 1)}
+        info["device"] = {
+            "type": "cuda",
+            "index": local_rank,
+            "name": props.name,
+            "uuid": str(props.uuid),
+            "capability": f"{props.major}.{props.minor}",
+            "mem_free_gib": round(free / 2**30, 1),
+            "mem_total_gib": round(total / 2**30, 1),
+        }
     backend = args.backend if args.backend != "auto" else ("nccl" if want == "cuda" else "gloo")
     if not dist.is_backend_available(backend):
-        info["device_error"] = info["device_error"] or f"backend {backend!r} is not available in this torch build"
+        info["device_error"] = (
+            info["device_error"] or f"backend {backend!r} is not available in this torch build"
+        )
     if backend == "nccl" and want == "cpu":
         info["device_error"] = "--backend nccl needs --device cuda"
     info["backend"] = backend
@@ -165,8 +226,12 @@ def connect(timeout: datetime.timedelta):
         store = dist.HashStore()
         return store, store, 0, 1
     store, rank, world = next(dist.rendezvous("env://", timeout=timeout))
-    watch = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
-                          timeout=datetime.timedelta(seconds=10))
+    watch = dist.TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        is_master=False,
+        timeout=datetime.timedelta(seconds=10),
+    )
     prefix = f"diagnose/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
     return dist.PrefixStore(prefix, store), dist.PrefixStore(prefix, watch), rank, world
 
@@ -205,8 +270,11 @@ def who(infos: dict, ranks) -> str:
         on_host = [r for r, i in infos.items() if i.get("host") == host]
         label = "rank" if len(rs) == 1 else "ranks"
         whole = len(rs) > 1 and sorted(on_host) == rs
-        parts.append(f"host {host} (all its ranks: {', '.join(map(str, rs))})" if whole
-                     else f"{label} {', '.join(map(str, rs))} (host {host})")
+        parts.append(
+            f"host {host} (all its ranks: {', '.join(map(str, rs))})"
+            if whole
+            else f"{label} {', '.join(map(str, rs))} (host {host})"
+        )
     return "; ".join(parts)
 
 
@@ -215,8 +283,9 @@ def analyse_progress(store, world: int, infos: dict) -> tuple[str, list[int]]:
     prog = {r: get(store, f"progress/{r}") for r in range(world)}
     waiting = {r: p for r, p in prog.items() if p and p["state"] == "entered"}
     if not waiting:
-        return "no rank is inside a step; a rank may have crashed (see its stderr)", \
-            [r for r, p in prog.items() if p is None]
+        return "no rank is inside a step; a rank may have crashed (see its stderr)", [
+            r for r, p in prog.items() if p is None
+        ]
     stuck_index = min(p["index"] for p in waiting.values())
     stuck = next(p["step"] for p in waiting.values() if p["index"] == stuck_index)
     inside = sorted(r for r, p in waiting.items() if p["index"] == stuck_index)
@@ -226,17 +295,23 @@ def analyse_progress(store, world: int, infos: dict) -> tuple[str, list[int]]:
             continue
         culprits.append(r)
         if p is None:
-            lines.append(f"{who(infos, [r])} never reported progress (not started, or crashed early)")
+            lines.append(
+                f"{who(infos, [r])} never reported progress (not started, or crashed early)"
+            )
         elif p["index"] > stuck_index or p["state"] != "entered":
             where = f"{p['step']} ({p['state']})"
-            lines.append(f"{who(infos, [r])} is not in {stuck}: it went on to {where} without taking part "
-                         "(a desync: ranks calling collectives in a different order)")
+            lines.append(
+                f"{who(infos, [r])} is not in {stuck}: it went on to {where} without taking part "
+                "(a desync: ranks calling collectives in a different order)"
+            )
         else:
             lines.append(f"{who(infos, [r])} has not reached {stuck}: it is still in {p['step']}")
     if not culprits:
-        return (f"all {world} ranks are inside {stuck} and none finished: the transport is stuck "
-                "(check NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME, firewalls between hosts, NCCL_IB_*; "
-                "rerun with NCCL_DEBUG=INFO)"), []
+        return (
+            f"all {world} ranks are inside {stuck} and none finished: the transport is stuck "
+            "(check NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME, firewalls between hosts, NCCL_IB_*; "
+            "rerun with NCCL_DEBUG=INFO)"
+        ), []
     verb = "waits" if len(inside) == 1 else "wait"
     return f"{who(infos, inside)} {verb} in {stuck}; " + "; ".join(lines), culprits
 
@@ -246,8 +321,19 @@ class Watchdog(threading.Thread):
 
     def __init__(self, store, rank: int, world: int, timeout_s: float, on_failure):
         super().__init__(daemon=True)
-        self.store, self.rank, self.world, self.timeout_s, self.on_failure = store, rank, world, timeout_s, on_failure
-        self.step, self.deadline, self.lock, self.stop = None, None, threading.Lock(), threading.Event()
+        self.store, self.rank, self.world, self.timeout_s, self.on_failure = (
+            store,
+            rank,
+            world,
+            timeout_s,
+            on_failure,
+        )
+        self.step, self.deadline, self.lock, self.stop = (
+            None,
+            None,
+            threading.Lock(),
+            threading.Event(),
+        )
 
     def arm(self, step: str) -> None:
         with self.lock:
@@ -270,7 +356,9 @@ class Watchdog(threading.Thread):
                     put(self.store, "abort", {"rank": self.rank, "step": step})
                 except Exception:
                     pass
-                self.on_failure(step, f"{step} did not finish within {self.timeout_s:g} s on rank {self.rank}")
+                self.on_failure(
+                    step, f"{step} did not finish within {self.timeout_s:g} s on rank {self.rank}"
+                )
             elif aborted:
                 a = get(self.store, "abort", {})
                 self.on_failure(step, f"rank {a.get('rank')} timed out in {a.get('step')}")
@@ -302,13 +390,17 @@ def check_all_gather(rank: int, world: int, device, n: int = 1024) -> dict:
     if not fault("skip", "all_gather", rank):
         # all_gather_single is 2.13's name for all_gather_into_tensor.
         (getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor)(out, mine)
-    bad = [j for j in range(world) if not torch.equal(out[j * n:(j + 1) * n], pattern(j, n, device))]
+    bad = [
+        j for j in range(world) if not torch.equal(out[j * n : (j + 1) * n], pattern(j, n, device))
+    ]
     return {"ok": not bad, "bad_sources": bad}
 
 
 def check_reduce_scatter(rank: int, world: int, device, n: int = 1024) -> dict:
     # Rank r sends pattern(r) to every destination: everyone receives sum_r pattern(r).
-    inp = pattern(rank, n, device).repeat(world) + (1 if fault("corrupt", "reduce_scatter", rank) else 0)
+    inp = pattern(rank, n, device).repeat(world) + (
+        1 if fault("corrupt", "reduce_scatter", rank) else 0
+    )
     out = torch.empty(n, device=device)
     if not fault("skip", "reduce_scatter", rank):
         (getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor)(out, inp)
@@ -340,7 +432,9 @@ def measure_bandwidth(rank: int, world: int, device, size_mb: float, iters: int)
     numel = max(1, int(size_mb * 2**20) // 4)
     res = {"size_mb": size_mb, "iters": iters}
     if world > 1 and not fault("skip", "bandwidth", rank):
-        buf = torch.zeros(numel, device=device)  # ones would overflow after a few sums on many ranks
+        buf = torch.zeros(
+            numel, device=device
+        )  # ones would overflow after a few sums on many ranks
         dt = median_seconds(lambda: dist.all_reduce(buf), iters, device, warmup=2)
         algbw = numel * 4 / dt / 1e9
         # nccl-tests' bus bandwidth: what each link carried in a ring all-reduce.
@@ -361,7 +455,10 @@ def measure_bandwidth(rank: int, world: int, device, size_mb: float, iters: int)
     # Local compute, no communication: a throttled, shared or wrong device shows here.
     n = 4096 if device.type == "cuda" else 256
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
+    a, b = (
+        torch.randn(n, n, device=device, dtype=dtype),
+        torch.randn(n, n, device=device, dtype=dtype),
+    )
 
     def matmul():
         a @ b
@@ -388,34 +485,54 @@ def consistency_problems(infos: dict) -> list[dict]:
             majority = max(groups, key=lambda k: len(groups[k]))
             for v, rs in groups.items():
                 if v != majority:
-                    problems.append({"kind": "mismatch", "ranks": rs, "message":
-                                     f"{who(infos, rs)}: {label} is {v}, the other ranks have {majority}"})
+                    problems.append(
+                        {
+                            "kind": "mismatch",
+                            "ranks": rs,
+                            "message": f"{who(infos, rs)}: {label} is {v}, the other ranks have {majority}",
+                        }
+                    )
 
     differing("torch", lambda i: i["torch"])
     differing("CUDA", lambda i: i["cuda"])
     differing("NCCL", lambda i: i["nccl"])
     differing("WORLD_SIZE", lambda i: i["launcher"].get("WORLD_SIZE"))
-    differing("MASTER_ADDR:MASTER_PORT",
-              lambda i: f"{i['launcher'].get('MASTER_ADDR')}:{i['launcher'].get('MASTER_PORT')}")
+    differing(
+        "MASTER_ADDR:MASTER_PORT",
+        lambda i: f"{i['launcher'].get('MASTER_ADDR')}:{i['launcher'].get('MASTER_PORT')}",
+    )
     differing("backend", lambda i: i["backend"])
     for r, i in infos.items():
         if i["device_error"]:
-            problems.append({"kind": "device", "ranks": [r], "message": f"{who(infos, [r])}: {i['device_error']}"})
+            problems.append(
+                {
+                    "kind": "device",
+                    "ranks": [r],
+                    "message": f"{who(infos, [r])}: {i['device_error']}",
+                }
+            )
     gpus: dict[tuple, list[int]] = {}
     for r, i in infos.items():
         if i["device"] and i["device"].get("uuid"):
             gpus.setdefault((i["host"], i["device"]["uuid"]), []).append(r)
-    for (host, uuid), rs in gpus.items():
+    for (_host, _uuid), rs in gpus.items():
         if len(rs) > 1:
-            problems.append({"kind": "device", "ranks": rs, "message":
-                             f"{who(infos, rs)} share one GPU ({uuid}): set the device from LOCAL_RANK"})
+            problems.append(
+                {
+                    "kind": "device",
+                    "ranks": rs,
+                    "message": f"{who(infos, rs)} share one GPU ({uuid}): set the device from LOCAL_RANK",
+                }
+            )
     return problems
 
 
 def slow_problems(infos: dict, bw: dict, factor: float) -> list[dict]:
     problems = []
-    for key, what, unit in (("matmul_tflops", "matmul throughput", "TFLOP/s"),
-                            ("ring_recv_gbps", "ring receive bandwidth", "GB/s")):
+    for key, what, unit in (
+        ("matmul_tflops", "matmul throughput", "TFLOP/s"),
+        ("ring_recv_gbps", "ring receive bandwidth", "GB/s"),
+    ):
         values = {r: b[key] for r, b in bw.items() if b and key in b}
         if len(values) < 2:
             continue
@@ -423,9 +540,14 @@ def slow_problems(infos: dict, bw: dict, factor: float) -> list[dict]:
         slow = sorted(r for r, v in values.items() if v < factor * median)
         for r in slow:
             src = f" from rank {bw[r]['ring_from']}" if key == "ring_recv_gbps" else ""
-            problems.append({"kind": "slow", "ranks": [r], "message":
-                             f"{who(infos, [r])}: {what}{src} {values[r]:.3g} {unit} is below {factor:g} x "
-                             f"the median {median:.3g} {unit}"})
+            problems.append(
+                {
+                    "kind": "slow",
+                    "ranks": [r],
+                    "message": f"{who(infos, [r])}: {what}{src} {values[r]:.3g} {unit} is below {factor:g} x "
+                    f"the median {median:.3g} {unit}",
+                }
+            )
     return problems
 
 
@@ -439,20 +561,43 @@ def markdown(rep: dict) -> str:
     infos = {i["rank"]: i for i in rep["ranks"]}
     hosts = sorted({i["host"] for i in infos.values()})
     verdict = "PASS" if rep["ok"] else "FAIL"
-    lines = [f"# torch.distributed diagnosis: {verdict}", "",
-             f"{rep['world_size']} rank(s) on {len(hosts)} host(s) ({', '.join(hosts)}), backend "
-             f"{rep['backend']}, device {rep['device']}", "", "## Problems", ""]
+    lines = [
+        f"# torch.distributed diagnosis: {verdict}",
+        "",
+        f"{rep['world_size']} rank(s) on {len(hosts)} host(s) ({', '.join(hosts)}), backend "
+        f"{rep['backend']}, device {rep['device']}",
+        "",
+        "## Problems",
+        "",
+    ]
     lines += [f"- **{p['kind']}**: {p['message']}" for p in rep["problems"]] or ["None found."]
     lines += ["", "## Versions", ""]
     rows = []
-    for label, key in (("python", "python"), ("torch", "torch"), ("CUDA", "cuda"), ("NCCL", "nccl")):
+    for label, key in (
+        ("python", "python"),
+        ("torch", "torch"),
+        ("CUDA", "cuda"),
+        ("NCCL", "nccl"),
+    ):
         values = sorted({str(i[key]) for i in infos.values()})
         rows.append([label, values[0] if len(values) == 1 else "DIFFERS: " + ", ".join(values)])
     lines += [table(["", "all ranks"], rows), "", "## Launcher environment", ""]
-    lines.append(table(["rank", "host", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR:PORT", "restart"],
-                       [[r, i["host"], i["launcher"].get("LOCAL_RANK"), i["launcher"].get("WORLD_SIZE"),
-                         f"{i['launcher'].get('MASTER_ADDR', '-')}:{i['launcher'].get('MASTER_PORT', '-')}",
-                         i["launcher"].get("TORCHELASTIC_RESTART_COUNT")] for r, i in sorted(infos.items())]))
+    lines.append(
+        table(
+            ["rank", "host", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR:PORT", "restart"],
+            [
+                [
+                    r,
+                    i["host"],
+                    i["launcher"].get("LOCAL_RANK"),
+                    i["launcher"].get("WORLD_SIZE"),
+                    f"{i['launcher'].get('MASTER_ADDR', '-')}:{i['launcher'].get('MASTER_PORT', '-')}",
+                    i["launcher"].get("TORCHELASTIC_RESTART_COUNT"),
+                ]
+                for r, i in sorted(infos.items())
+            ],
+        )
+    )
     all_env = sorted({k for i in infos.values() for k in i["comm_env"]})
     lines += ["", "NCCL_* / TORCH_* / GLOO_* variables set:", ""]
     if not all_env:
@@ -460,34 +605,82 @@ def markdown(rep: dict) -> str:
     for k in all_env:
         values = {str(i["comm_env"].get(k)) for i in infos.values()}
         same = len(values) == 1 and "None" not in values
-        lines.append(f"- `{k}={next(iter(values))}`" if same else
-                     f"- `{k}` differs: " + ", ".join(f"rank {r}: {i['comm_env'].get(k, 'unset')}"
-                                                      for r, i in sorted(infos.items())))
+        lines.append(
+            f"- `{k}={next(iter(values))}`"
+            if same
+            else f"- `{k}` differs: "
+            + ", ".join(
+                f"rank {r}: {i['comm_env'].get(k, 'unset')}" for r, i in sorted(infos.items())
+            )
+        )
     lines += ["", "## Devices", ""]
-    lines.append(table(["rank", "host", "device", "name", "GPUs visible", "CUDA_VISIBLE_DEVICES", "free/total GiB",
-                        "problem"],
-                       [[r, i["host"], (i["device"] or {}).get("index", (i["device"] or {}).get("type")),
-                         (i["device"] or {}).get("name"), i["gpus_visible"],
-                         i["launcher"].get("CUDA_VISIBLE_DEVICES", "unset"),
-                         f"{i['device']['mem_free_gib']}/{i['device']['mem_total_gib']}"
-                         if i["device"] and "mem_free_gib" in i["device"] else None, i["device_error"]]
-                        for r, i in sorted(infos.items())]))
+    lines.append(
+        table(
+            [
+                "rank",
+                "host",
+                "device",
+                "name",
+                "GPUs visible",
+                "CUDA_VISIBLE_DEVICES",
+                "free/total GiB",
+                "problem",
+            ],
+            [
+                [
+                    r,
+                    i["host"],
+                    (i["device"] or {}).get("index", (i["device"] or {}).get("type")),
+                    (i["device"] or {}).get("name"),
+                    i["gpus_visible"],
+                    i["launcher"].get("CUDA_VISIBLE_DEVICES", "unset"),
+                    f"{i['device']['mem_free_gib']}/{i['device']['mem_total_gib']}"
+                    if i["device"] and "mem_free_gib" in i["device"]
+                    else None,
+                    i["device_error"],
+                ]
+                for r, i in sorted(infos.items())
+            ],
+        )
+    )
     lines += ["", "## Collectives", ""]
-    lines.append(table(["check", "result", "slowest rank (s)"],
-                       [[c["name"], "ok" if c["ok"] else "FAILED: " + c["detail"], f"{c['seconds']:.4f}"]
-                        for c in rep["checks"]]) if rep["checks"] else "Not run.")
+    lines.append(
+        table(
+            ["check", "result", "slowest rank (s)"],
+            [
+                [c["name"], "ok" if c["ok"] else "FAILED: " + c["detail"], f"{c['seconds']:.4f}"]
+                for c in rep["checks"]
+            ],
+        )
+        if rep["checks"]
+        else "Not run."
+    )
     bw = rep.get("bandwidth")
     lines += ["", "## Bandwidth", ""]
     if bw:
         if bw.get("busbw_gbps") is not None:
-            lines.append(f"all_reduce of {bw['size_mb']:g} MiB x {bw['iters']}: bus bandwidth "
-                         f"{bw['busbw_gbps']:.3f} GB/s, algorithm bandwidth {bw['algbw_gbps']:.3f} GB/s "
-                         "(slowest rank)")
+            lines.append(
+                f"all_reduce of {bw['size_mb']:g} MiB x {bw['iters']}: bus bandwidth "
+                f"{bw['busbw_gbps']:.3f} GB/s, algorithm bandwidth {bw['algbw_gbps']:.3f} GB/s "
+                "(slowest rank)"
+            )
             lines.append("")
-        lines.append(table(["rank", "host", "ring receive GB/s", "matmul TFLOP/s"],
-                           [[r, infos[r]["host"], f"{b['ring_recv_gbps']:.3f} (from {b['ring_from']})"
-                             if "ring_recv_gbps" in b else "-", f"{b['matmul_tflops']:.4f}"]
-                            for r, b in sorted(bw["per_rank"].items())]))
+        lines.append(
+            table(
+                ["rank", "host", "ring receive GB/s", "matmul TFLOP/s"],
+                [
+                    [
+                        r,
+                        infos[r]["host"],
+                        f"{b['ring_recv_gbps']:.3f} (from {b['ring_from']})"
+                        if "ring_recv_gbps" in b
+                        else "-",
+                        f"{b['matmul_tflops']:.4f}",
+                    ]
+                    for r, b in sorted(bw["per_rank"].items())
+                ],
+            )
+        )
     else:
         lines.append("Not run.")
     return "\n".join(lines)
@@ -498,8 +691,18 @@ def emit(rep: dict, as_json: bool) -> None:
         print(json.dumps(rep, sort_keys=True), flush=True)
     else:
         print(markdown(rep), flush=True)
-        print(json.dumps({"script": rep["script"], "ok": rep["ok"], "world_size": rep["world_size"],
-                          "problems": [p["message"] for p in rep["problems"]]}, sort_keys=True), flush=True)
+        print(
+            json.dumps(
+                {
+                    "script": rep["script"],
+                    "ok": rep["ok"],
+                    "world_size": rep["world_size"],
+                    "problems": [p["message"] for p in rep["problems"]],
+                },
+                sort_keys=True,
+            ),
+            flush=True,
+        )
 
 
 def gather_infos(store, world: int) -> dict:
@@ -507,9 +710,17 @@ def gather_infos(store, world: int) -> dict:
 
 
 def base_report(infos: dict, world: int, info: dict) -> dict:
-    return {"script": os.path.basename(__file__), "world_size": world, "backend": info["backend"],
-            "device": (info["device"] or {}).get("type", "none"), "ranks": [infos[r] for r in sorted(infos)],
-            "checks": [], "bandwidth": None, "problems": [], "ok": False}
+    return {
+        "script": os.path.basename(__file__),
+        "world_size": world,
+        "backend": info["backend"],
+        "device": (info["device"] or {}).get("type", "none"),
+        "ranks": [infos[r] for r in sorted(infos)],
+        "checks": [],
+        "bandwidth": None,
+        "problems": [],
+        "ok": False,
+    }
 
 
 # --------------------------------------------------------------------------
@@ -527,8 +738,11 @@ def main(argv=None) -> int:
         raise
     except Exception as e:  # the store is unreachable: nothing else can be checked
         addr = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
-        print(f"[rank {info['rank']}] diagnose: cannot reach the rendezvous store at {addr} within "
-              f"{args.timeout_s:g} s ({type(e).__name__}: {first_line(e)})", file=sys.stderr)
+        print(
+            f"[rank {info['rank']}] diagnose: cannot reach the rendezvous store at {addr} within "
+            f"{args.timeout_s:g} s ({type(e).__name__}: {first_line(e)})",
+            file=sys.stderr,
+        )
         return 1
     info["rank"] = rank
     if fault("absent", "rendezvous", rank):
@@ -544,11 +758,17 @@ def main(argv=None) -> int:
             infos = gather_infos(watch_store, world)
             analysis, culprits = analyse_progress(watch_store, world, infos)
         except Exception as e:
-            infos, analysis, culprits = {rank: info}, f"the store is unreachable too ({type(e).__name__})", []
+            infos, analysis, culprits = (
+                {rank: info},
+                f"the store is unreachable too ({type(e).__name__})",
+                [],
+            )
         if rank == 0:
             rep = base_report(infos, world, info)
             rep["checks"] = done_checks
-            rep["problems"] = [{"kind": kind, "ranks": culprits, "message": f"{reason}. {analysis}"}]
+            rep["problems"] = [
+                {"kind": kind, "ranks": culprits, "message": f"{reason}. {analysis}"}
+            ]
             rep["hang"] = {"step": step, "culprits": culprits}
             emit(rep, args.json)
             try:
@@ -593,12 +813,19 @@ def main(argv=None) -> int:
         infos = gather_infos(store, world)
         missing = sorted(set(range(world)) - set(infos))
         if missing:
-            problems.append({"kind": "missing", "ranks": missing, "message":
-                             f"rank(s) {', '.join(map(str, missing))} never reached the rendezvous store within "
-                             f"{args.timeout_s:g} s: not launched, crashed at start, or started with a different "
-                             "MASTER_ADDR/MASTER_PORT or WORLD_SIZE"})
+            problems.append(
+                {
+                    "kind": "missing",
+                    "ranks": missing,
+                    "message": f"rank(s) {', '.join(map(str, missing))} never reached the rendezvous store within "
+                    f"{args.timeout_s:g} s: not launched, crashed at start, or started with a different "
+                    "MASTER_ADDR/MASTER_PORT or WORLD_SIZE",
+                }
+            )
         problems += consistency_problems(infos)
-        stop = any(p["kind"] in ("missing", "device") or "backend" in p["message"] for p in problems)
+        stop = any(
+            p["kind"] in ("missing", "device") or "backend" in p["message"] for p in problems
+        )
         put(store, "preflight", {"stop": stop})
         if stop:
             rep = base_report(infos, world, info)
@@ -607,13 +834,19 @@ def main(argv=None) -> int:
             return 1
     else:
         if wait_keys(store, ["preflight"], time.monotonic() + args.timeout_s):
-            print(f"[rank {rank}] diagnose: rank 0 gave no verdict within {args.timeout_s:g} s", file=sys.stderr)
+            print(
+                f"[rank {rank}] diagnose: rank 0 gave no verdict within {args.timeout_s:g} s",
+                file=sys.stderr,
+            )
             return 1
         if get(store, "preflight")["stop"]:
             return 1  # rank 0 reports why
     leave("rendezvous", {"ok": True})
-    device = torch.device("cpu") if (info["device"] or {}).get("type") != "cuda" \
+    device = (
+        torch.device("cpu")
+        if (info["device"] or {}).get("type") != "cuda"
         else torch.device("cuda", info["device"]["index"])
+    )
 
     def step(name: str, fn) -> dict:
         enter(name)
@@ -622,21 +855,39 @@ def main(argv=None) -> int:
             result = fn() or {"ok": True}
             sync(device)
         except Exception as e:  # gloo's own timeout, a NCCL error: reported like a hang
-            on_failure(name, f"{name} raised on rank {rank}: {type(e).__name__}: {first_line(e)}", "error")
+            on_failure(
+                name, f"{name} raised on rank {rank}: {type(e).__name__}: {first_line(e)}", "error"
+            )
         result["seconds"] = time.perf_counter() - t0
         leave(name, result)
-        done_checks.append({"name": name, "ok": result.get("ok", True), "seconds": result["seconds"],
-                            "detail": "" if result.get("ok", True) else f"wrong data on rank {rank}"})
+        done_checks.append(
+            {
+                "name": name,
+                "ok": result.get("ok", True),
+                "seconds": result["seconds"],
+                "detail": "" if result.get("ok", True) else f"wrong data on rank {rank}",
+            }
+        )
         return result
 
     # Step 4: the process group and the collectives.
-    step("init_process_group", lambda: dist.init_process_group(
-        info["backend"], store=dist.PrefixStore("pg", store), rank=rank, world_size=world,
-        timeout=2 * timeout, device_id=device if device.type == "cuda" else None))
-    checks = {"barrier": lambda: None if fault("skip", "barrier", rank) else dist.barrier(),
-              "all_reduce": lambda: check_all_reduce(rank, world, device),
-              "all_gather": lambda: check_all_gather(rank, world, device),
-              "reduce_scatter": lambda: check_reduce_scatter(rank, world, device)}
+    step(
+        "init_process_group",
+        lambda: dist.init_process_group(
+            info["backend"],
+            store=dist.PrefixStore("pg", store),
+            rank=rank,
+            world_size=world,
+            timeout=2 * timeout,
+            device_id=device if device.type == "cuda" else None,
+        ),
+    )
+    checks = {
+        "barrier": lambda: None if fault("skip", "barrier", rank) else dist.barrier(),
+        "all_reduce": lambda: check_all_reduce(rank, world, device),
+        "all_gather": lambda: check_all_gather(rank, world, device),
+        "reduce_scatter": lambda: check_reduce_scatter(rank, world, device),
+    }
     for name, fn in checks.items():
         step(name, fn)
 
@@ -657,16 +908,35 @@ def main(argv=None) -> int:
             detail = ""
             if bad:
                 senders = sorted({s for v in bad.values() for s in v if s != "unknown"})
-                detail = (f"data from {who(infos, senders)} arrived wrong" if senders else
-                          f"wrong result on {who(infos, bad)}")
-                problems.append({"kind": "wrong", "ranks": senders or sorted(bad),
-                                 "message": f"{name}: {detail} (seen by {who(infos, bad)})"})
-            rep["checks"].append({"name": name, "ok": not bad, "detail": detail,
-                                  "seconds": max(res["seconds"] for res in results.values())})
+                detail = (
+                    f"data from {who(infos, senders)} arrived wrong"
+                    if senders
+                    else f"wrong result on {who(infos, bad)}"
+                )
+                problems.append(
+                    {
+                        "kind": "wrong",
+                        "ranks": senders or sorted(bad),
+                        "message": f"{name}: {detail} (seen by {who(infos, bad)})",
+                    }
+                )
+            rep["checks"].append(
+                {
+                    "name": name,
+                    "ok": not bad,
+                    "detail": detail,
+                    "seconds": max(res["seconds"] for res in results.values()),
+                }
+            )
         bw = per_rank["bandwidth"]
         slowest = max(bw.values(), key=lambda b: b.get("all_reduce_s", 0))
-        rep["bandwidth"] = {"size_mb": size_mb, "iters": iters, "per_rank": bw,
-                            "busbw_gbps": slowest.get("busbw_gbps"), "algbw_gbps": slowest.get("algbw_gbps")}
+        rep["bandwidth"] = {
+            "size_mb": size_mb,
+            "iters": iters,
+            "per_rank": bw,
+            "busbw_gbps": slowest.get("busbw_gbps"),
+            "algbw_gbps": slowest.get("algbw_gbps"),
+        }
         problems += slow_problems(infos, bw, args.slow_factor)
         rep["problems"] = problems
         rep["ok"] = not problems
@@ -687,7 +957,9 @@ def run() -> None:
     try:
         code = main()
     except UsageError as e:
-        prefix = f"[rank {os.environ['RANK']}] " if int(os.environ.get("WORLD_SIZE", "1")) > 1 else ""
+        prefix = (
+            f"[rank {os.environ['RANK']}] " if int(os.environ.get("WORLD_SIZE", "1")) > 1 else ""
+        )
         print(f"{prefix}error: {e}", file=sys.stderr, flush=True)
         code = 2
     sys.exit(code)

@@ -36,15 +36,13 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import _dist_common as common
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import (get_state_dict,
-                                                     set_state_dict)
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
-
-import _dist_common as common
 
 CKPT = re.compile(r"^step_(\d{6})$")
 
@@ -53,8 +51,11 @@ def latest_checkpoint(root: str) -> str | None:
     """Highest-numbered *committed* checkpoint (``.tmp`` ones never match)."""
     if not os.path.isdir(root):
         return None
-    done = sorted(n for n in os.listdir(root)
-                  if CKPT.match(n) and os.path.isfile(os.path.join(root, n, ".metadata")))
+    done = sorted(
+        n
+        for n in os.listdir(root)
+        if CKPT.match(n) and os.path.isfile(os.path.join(root, n, ".metadata"))
+    )
     return os.path.join(root, done[-1]) if done else None
 
 
@@ -83,7 +84,6 @@ def remove_partial_checkpoints(root: str) -> list[str]:
     return stale
 
 
-
 _FAIL: dict = {}
 
 
@@ -101,24 +101,38 @@ def maybe_fail(where: str, step: int) -> None:
     time.sleep(_FAIL.get("hang_s", 0.0))
 
 
-
-
 def main(argv=None) -> None:
     p = common.base_parser(__doc__.splitlines()[0], steps=8, lr=1e-2)
     p.add_argument("--ckpt-dir", required=True)
-    p.add_argument("--ckpt-every", type=common.positive_int, default=3, help="steps between checkpoints")
-    p.add_argument("--keep", type=common.positive_int, default=2, help="committed checkpoints to keep")
+    p.add_argument(
+        "--ckpt-every", type=common.positive_int, default=3, help="steps between checkpoints"
+    )
+    p.add_argument(
+        "--keep", type=common.positive_int, default=2, help="committed checkpoints to keep"
+    )
     p.add_argument("--batch-size", type=common.positive_int, default=4, help="per rank")
     p.add_argument("--max-norm", type=float, default=1.0)
-    p.add_argument("--fail-at-step", type=int, default=-1, help="inject a crash at this step (first attempt)")
+    p.add_argument(
+        "--fail-at-step", type=int, default=-1, help="inject a crash at this step (first attempt)"
+    )
     p.add_argument("--fail-rank", type=int, default=1)
-    p.add_argument("--fail-hang-s", type=float, default=0.0,
-                   help="the other ranks wait this long at the injected failure, as NCCL ranks hang")
-    p.add_argument("--fail-in", choices=["step", "save"], default="step",
-                   help="crash during the step's backward, or during its checkpoint (after the "
-                        "shards are written, before the commit)")
+    p.add_argument(
+        "--fail-hang-s",
+        type=float,
+        default=0.0,
+        help="the other ranks wait this long at the injected failure, as NCCL ranks hang",
+    )
+    p.add_argument(
+        "--fail-in",
+        choices=["step", "save"],
+        default="step",
+        help="crash during the step's backward, or during its checkpoint (after the "
+        "shards are written, before the commit)",
+    )
     args = p.parse_args(argv)
-    _FAIL.update(where=args.fail_in, step=args.fail_at_step, rank=args.fail_rank, hang_s=args.fail_hang_s)
+    _FAIL.update(
+        where=args.fail_in, step=args.fail_at_step, rank=args.fail_rank, hang_s=args.fail_hang_s
+    )
     common.require_numpy("dcp.save and dcp.load")
 
     with common.distributed(args) as d:
@@ -143,15 +157,23 @@ def main(argv=None) -> None:
             # up: refuse one another user could have written (or planted) before reading it.
             common.refuse_untrusted_checkpoint(found[0])
             model_sd, optim_sd = get_state_dict(model, opt)
-            state = {"model": model_sd, "optim": optim_sd, "trainer": {"next_step": 0, "losses": []}}
+            state = {
+                "model": model_sd,
+                "optim": optim_sd,
+                "trainer": {"next_step": 0, "losses": []},
+            }
             dcp.load(state, checkpoint_id=found[0])
-            set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
+            set_state_dict(
+                model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"]
+            )
             start, history = int(state["trainer"]["next_step"]), list(state["trainer"]["losses"])
             if d.is_main:
                 print(f"resumed from {found[0]} at step {start}", flush=True)
 
         for step in range(start, args.steps):
-            x, y = (t.to(d.device) for t in common.token_batch(args.seed, d.rank, step, args.batch_size))
+            x, y = (
+                t.to(d.device) for t in common.token_batch(args.seed, d.rank, step, args.batch_size)
+            )
             loss = common.lm_loss(model(x), y)
             maybe_fail("step", step)
             loss.backward()
@@ -162,19 +184,33 @@ def main(argv=None) -> None:
             common.log_step(d, step, history[-1])
             if (step + 1) % args.ckpt_every == 0 or step + 1 == args.steps:
                 model_sd, optim_sd = get_state_dict(model, opt)
-                save_checkpoint(args.ckpt_dir, step + 1,
-                                {"model": model_sd, "optim": optim_sd,
-                                 "trainer": {"next_step": step + 1, "losses": list(history)}},
-                                args.keep)
+                save_checkpoint(
+                    args.ckpt_dir,
+                    step + 1,
+                    {
+                        "model": model_sd,
+                        "optim": optim_sd,
+                        "trainer": {"next_step": step + 1, "losses": list(history)},
+                    },
+                    args.keep,
+                )
 
         # Per rank: agents count restarts separately, so on several nodes these can differ.
         counts = torch.zeros(d.world_size, dtype=torch.int64, device=d.device)
         counts[d.rank] = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
         dist.all_reduce(counts)
-        common.summary(d, __file__, history, args.steps, resumed_from=found[0], start_step=start,
-                       restart_count=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
-                       restart_counts=counts.tolist(),
-                       removed_partial=removed, final_digest=common.state_digest(model, opt))
+        common.summary(
+            d,
+            __file__,
+            history,
+            args.steps,
+            resumed_from=found[0],
+            start_step=start,
+            restart_count=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
+            restart_counts=counts.tolist(),
+            removed_partial=removed,
+            final_digest=common.state_digest(model, opt),
+        )
 
 
 if __name__ == "__main__":

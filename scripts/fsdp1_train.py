@@ -41,13 +41,17 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import torch
-from torch.distributed.fsdp import FullStateDictConfig, MixedPrecision, ShardedStateDictConfig
-from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-from torch.distributed.fsdp import ShardingStrategy, StateDictType
-from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
-
 import _dist_common as common
+import torch
+from torch.distributed.fsdp import (
+    FullStateDictConfig,
+    MixedPrecision,
+    ShardedStateDictConfig,
+    ShardingStrategy,
+    StateDictType,
+)
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
 
 STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD")
 
@@ -55,8 +59,13 @@ STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD")
 def wrap_fsdp1(model: torch.nn.Module, d: common.Dist, strategy: str, mp: str) -> FSDP:
     """``mp``: "bf16" or "off" (already resolved from "auto")."""
     policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={common.Block})
-    mixed = (MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.float32,
-                            buffer_dtype=torch.bfloat16) if mp == "bf16" else None)
+    mixed = (
+        MixedPrecision(
+            param_dtype=torch.bfloat16, reduce_dtype=torch.float32, buffer_dtype=torch.bfloat16
+        )
+        if mp == "bf16"
+        else None
+    )
     return FSDP(
         model,
         auto_wrap_policy=policy,
@@ -85,9 +94,14 @@ def state_dict_report(model: FSDP, d: common.Dist, save_full: str | None) -> dic
     with FSDP.state_dict_type(model, StateDictType.SHARDED_STATE_DICT, ShardedStateDictConfig()):
         sharded = model.state_dict()
     # FSDP1 hands out the legacy ShardedTensor (FSDP2 and DCP use DTensor).
-    local_numel = sum(sum(s.tensor.numel() for s in v.local_shards()) if hasattr(v, "local_shards")
-                      else v.to_local().numel() if hasattr(v, "to_local") else v.numel()
-                      for v in sharded.values())
+    local_numel = sum(
+        sum(s.tensor.numel() for s in v.local_shards())
+        if hasattr(v, "local_shards")
+        else v.to_local().numel()
+        if hasattr(v, "to_local")
+        else v.numel()
+        for v in sharded.values()
+    )
     return {
         # rank0_only: the other ranks get an empty dict (no host memory spent).
         "full_keys": sorted(full),
@@ -101,9 +115,15 @@ def main(argv=None) -> None:
     p.add_argument("--batch-size", type=common.positive_int, default=4, help="per rank")
     p.add_argument("--max-norm", type=float, default=1.0)
     p.add_argument("--sharding-strategy", choices=STRATEGIES, default="FULL_SHARD")
-    p.add_argument("--mixed-precision", choices=["auto", "bf16", "off"], default="auto",
-                   help="auto: bf16 on CUDA, off on CPU")
-    p.add_argument("--save-full", metavar="FILE", help="rank 0 saves the gathered full state dict here")
+    p.add_argument(
+        "--mixed-precision",
+        choices=["auto", "bf16", "off"],
+        default="auto",
+        help="auto: bf16 on CUDA, off on CPU",
+    )
+    p.add_argument(
+        "--save-full", metavar="FILE", help="rank 0 saves the gathered full state dict here"
+    )
     args = p.parse_args(argv)
 
     with common.distributed(args) as d:
@@ -117,7 +137,9 @@ def main(argv=None) -> None:
 
         losses, norms = [], []
         for step in range(args.steps):
-            x, y = (t.to(d.device) for t in common.token_batch(args.seed, d.rank, step, args.batch_size))
+            x, y = (
+                t.to(d.device) for t in common.token_batch(args.seed, d.rank, step, args.batch_size)
+            )
             loss = common.lm_loss(model(x), y)
             loss.backward()
             # The norm before clipping, over all shards.
@@ -128,9 +150,18 @@ def main(argv=None) -> None:
             common.log_step(d, step, losses[-1], grad_norm=f"{norms[-1]:.4f}")
 
         report = state_dict_report(model, d, args.save_full)
-        common.summary(d, __file__, losses, args.steps, sharding_strategy=args.sharding_strategy,
-                       mixed_precision=mp, param_dtype="bfloat16" if mp == "bf16" else "float32",
-                       reduce_dtype="float32", grad_norms=norms, **report)
+        common.summary(
+            d,
+            __file__,
+            losses,
+            args.steps,
+            sharding_strategy=args.sharding_strategy,
+            mixed_precision=mp,
+            param_dtype="bfloat16" if mp == "bf16" else "float32",
+            reduce_dtype="float32",
+            grad_norms=norms,
+            **report,
+        )
 
 
 if __name__ == "__main__":

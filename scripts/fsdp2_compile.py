@@ -72,8 +72,10 @@ def init_distributed(device_arg: str, timeout_s: float) -> tuple[int, int, torch
         if not torch.cuda.is_available():
             raise UsageError("--device cuda: no CUDA device is visible (use --device cpu)")
         if local_rank >= torch.cuda.device_count():
-            raise UsageError(f"LOCAL_RANK {local_rank} has no GPU ({torch.cuda.device_count()} visible); "
-                             "launch at most one process per GPU")
+            raise UsageError(
+                f"LOCAL_RANK {local_rank} has no GPU ({torch.cuda.device_count()} visible); "
+                "launch at most one process per GPU"
+            )
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
     else:
@@ -85,8 +87,14 @@ def init_distributed(device_arg: str, timeout_s: float) -> tuple[int, int, torch
         dist.init_process_group(backend, timeout=timeout, device_id=device_id)
     elif world == 1:
         # Plain `python script.py`: a private in-memory store, a real group of one.
-        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1,
-                                timeout=timeout, device_id=device_id)
+        dist.init_process_group(
+            backend,
+            store=dist.HashStore(),
+            rank=0,
+            world_size=1,
+            timeout=timeout,
+            device_id=device_id,
+        )
     else:
         raise UsageError(f"WORLD_SIZE={world} but no MASTER_ADDR: launch with torchrun")
     return dist.get_rank(), dist.get_world_size(), device
@@ -96,7 +104,9 @@ def run(main) -> None:
     try:
         main()
     except UsageError as e:
-        prefix = f"[rank {os.environ['RANK']}] " if int(os.environ.get("WORLD_SIZE", "1")) > 1 else ""
+        prefix = (
+            f"[rank {os.environ['RANK']}] " if int(os.environ.get("WORLD_SIZE", "1")) > 1 else ""
+        )
         print(f"{prefix}error: {e}", file=sys.stderr, flush=True)
         sys.exit(2)
 
@@ -132,7 +142,12 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
         b, s, d = x.shape
-        q, k, v = self.wqkv(self.attention_norm(x)).view(b, s, 3, self.n_heads, -1).transpose(1, 3).unbind(2)
+        q, k, v = (
+            self.wqkv(self.attention_norm(x))
+            .view(b, s, 3, self.n_heads, -1)
+            .transpose(1, 3)
+            .unbind(2)
+        )
         q, k = apply_rope(q, rope), apply_rope(k, rope)
         attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.wo(attn.transpose(1, 2).reshape(b, s, d))
@@ -140,8 +155,15 @@ class Block(nn.Module):
 
 
 class Transformer(nn.Module):
-    def __init__(self, vocab: int = 64, dim: int = 32, n_heads: int = 4, n_layers: int = 2,
-                 max_seq: int = 16, tie_embeddings: bool = False):
+    def __init__(
+        self,
+        vocab: int = 64,
+        dim: int = 32,
+        n_heads: int = 4,
+        n_layers: int = 2,
+        max_seq: int = 16,
+        tie_embeddings: bool = False,
+    ):
         super().__init__()
         self.head_dim, self.max_seq, self.tie_embeddings = dim // n_heads, max_seq, tie_embeddings
         self.tok_embeddings = nn.Embedding(vocab, dim)
@@ -214,20 +236,37 @@ def compiled_graphs() -> int:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = Parser(description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
-                   help="auto: cuda when a GPU is visible, else cpu (gloo)")
+    p = Parser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    p.add_argument(
+        "--device",
+        default="auto",
+        choices=["auto", "cpu", "cuda"],
+        help="auto: cuda when a GPU is visible, else cpu (gloo)",
+    )
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--batch-size", type=int, default=4, help="per rank")
     p.add_argument("--lr", type=float, default=1e-2)
     p.add_argument("--seed", type=int, default=0, help="weights use it; data adds the rank")
-    p.add_argument("--compile-backend", default="inductor",
-                   help="torch.compile backend: inductor, aot_eager (no code generation), eager")
-    p.add_argument("--no-compile", dest="compile", action="store_false", help="run eagerly, for comparison")
+    p.add_argument(
+        "--compile-backend",
+        default="inductor",
+        help="torch.compile backend: inductor, aot_eager (no code generation), eager",
+    )
+    p.add_argument(
+        "--no-compile", dest="compile", action="store_false", help="run eagerly, for comparison"
+    )
     p.add_argument("--no-ac", dest="ac", action="store_false", help="no activation checkpointing")
-    p.add_argument("--bf16", action="store_true", help="bf16 parameters in compute, fp32 gradient reduction")
-    p.add_argument("--timeout-s", type=float, default=300.0,
-                   help="collective timeout; compiling the first step can take minutes")
+    p.add_argument(
+        "--bf16", action="store_true", help="bf16 parameters in compute, fp32 gradient reduction"
+    )
+    p.add_argument(
+        "--timeout-s",
+        type=float,
+        default=300.0,
+        help="collective timeout; compiling the first step can take minutes",
+    )
     args = p.parse_args(argv)
     if args.timeout_s <= 0:
         p.error("--timeout-s must be > 0")
@@ -238,7 +277,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 
         if args.compile_backend not in torch._dynamo.list_backends(exclude_tags=()):
             common = sorted({"eager", "aot_eager", *torch._dynamo.list_backends()})
-            p.error(f"--compile-backend {args.compile_backend!r}: unknown (try {', '.join(common)})")
+            p.error(
+                f"--compile-backend {args.compile_backend!r}: unknown (try {', '.join(common)})"
+            )
     return args
 
 
@@ -254,8 +295,11 @@ def main(argv=None) -> None:
             apply_ac(model)
         if args.compile:
             apply_compile(model, args.compile_backend)
-        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if args.bf16 \
+        mp = (
+            MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+            if args.bf16
             else MixedPrecisionPolicy()
+        )
         apply_fsdp(model, mesh, mp)
         opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
 
@@ -273,15 +317,31 @@ def main(argv=None) -> None:
             step_s.append(round(time.perf_counter() - t0, 4))
             graphs.append(compiled_graphs())
             if rank == 0:
-                print(f"step {step:4d}  loss {losses[-1]:.6f}  time {step_s[-1]:.3f}s  graphs {graphs[-1]}",
-                      flush=True)
+                print(
+                    f"step {step:4d}  loss {losses[-1]:.6f}  time {step_s[-1]:.3f}s  graphs {graphs[-1]}",
+                    flush=True,
+                )
 
         if rank == 0:
-            print(json.dumps({"script": os.path.basename(__file__), "world_size": world, "device": device.type,
-                              "compile": args.compile, "compile_backend": args.compile_backend if args.compile
-                              else None, "ac": args.ac, "bf16": args.bf16, "steps": args.steps,
-                              "losses": losses, "compiled_graphs": graphs, "step_seconds": step_s},
-                             sort_keys=True), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "script": os.path.basename(__file__),
+                        "world_size": world,
+                        "device": device.type,
+                        "compile": args.compile,
+                        "compile_backend": args.compile_backend if args.compile else None,
+                        "ac": args.ac,
+                        "bf16": args.bf16,
+                        "steps": args.steps,
+                        "losses": losses,
+                        "compiled_graphs": graphs,
+                        "step_seconds": step_s,
+                    },
+                    sort_keys=True,
+                ),
+                flush=True,
+            )
         dist.barrier()
     finally:
         dist.destroy_process_group()

@@ -75,8 +75,10 @@ def init_distributed(device_arg: str, timeout_s: float) -> tuple[int, int, torch
         if not torch.cuda.is_available():
             raise UsageError("--device cuda: no CUDA device is visible (use --device cpu)")
         if local_rank >= torch.cuda.device_count():
-            raise UsageError(f"LOCAL_RANK {local_rank} has no GPU ({torch.cuda.device_count()} visible); "
-                             "launch at most one process per GPU")
+            raise UsageError(
+                f"LOCAL_RANK {local_rank} has no GPU ({torch.cuda.device_count()} visible); "
+                "launch at most one process per GPU"
+            )
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
     else:
@@ -88,8 +90,14 @@ def init_distributed(device_arg: str, timeout_s: float) -> tuple[int, int, torch
         dist.init_process_group(backend, timeout=timeout, device_id=device_id)
     elif world == 1:
         # Plain `python script.py`: a private in-memory store, a real group of one.
-        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1,
-                                timeout=timeout, device_id=device_id)
+        dist.init_process_group(
+            backend,
+            store=dist.HashStore(),
+            rank=0,
+            world_size=1,
+            timeout=timeout,
+            device_id=device_id,
+        )
     else:
         raise UsageError(f"WORLD_SIZE={world} but no MASTER_ADDR: launch with torchrun")
     return dist.get_rank(), dist.get_world_size(), device
@@ -99,7 +107,9 @@ def run(main) -> None:
     try:
         main()
     except UsageError as e:
-        prefix = f"[rank {os.environ['RANK']}] " if int(os.environ.get("WORLD_SIZE", "1")) > 1 else ""
+        prefix = (
+            f"[rank {os.environ['RANK']}] " if int(os.environ.get("WORLD_SIZE", "1")) > 1 else ""
+        )
         print(f"{prefix}error: {e}", file=sys.stderr, flush=True)
         sys.exit(2)
 
@@ -135,7 +145,12 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
         b, s, d = x.shape
-        q, k, v = self.wqkv(self.attention_norm(x)).view(b, s, 3, self.n_heads, -1).transpose(1, 3).unbind(2)
+        q, k, v = (
+            self.wqkv(self.attention_norm(x))
+            .view(b, s, 3, self.n_heads, -1)
+            .transpose(1, 3)
+            .unbind(2)
+        )
         q, k = apply_rope(q, rope), apply_rope(k, rope)
         attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.wo(attn.transpose(1, 2).reshape(b, s, d))
@@ -143,8 +158,15 @@ class Block(nn.Module):
 
 
 class Transformer(nn.Module):
-    def __init__(self, vocab: int = 64, dim: int = 32, n_heads: int = 4, n_layers: int = 2,
-                 max_seq: int = 16, tie_embeddings: bool = False):
+    def __init__(
+        self,
+        vocab: int = 64,
+        dim: int = 32,
+        n_heads: int = 4,
+        n_layers: int = 2,
+        max_seq: int = 16,
+        tie_embeddings: bool = False,
+    ):
         super().__init__()
         self.head_dim, self.max_seq, self.tie_embeddings = dim // n_heads, max_seq, tie_embeddings
         self.tok_embeddings = nn.Embedding(vocab, dim)
@@ -198,13 +220,21 @@ def validation_set(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def root_is_sharded(model: nn.Module) -> bool:
     """The root unit's parameters (embedding, final norm, output) are DTensor shards, not gathered tensors."""
-    return all(isinstance(p, DTensor) for m in (model.tok_embeddings, model.norm, model.output)
-               for p in m.parameters())
+    return all(
+        isinstance(p, DTensor)
+        for m in (model.tok_embeddings, model.norm, model.output)
+        for p in m.parameters()
+    )
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, val_x: torch.Tensor, val_y: torch.Tensor, batch_size: int,
-             device: torch.device) -> dict:
+def evaluate(
+    model: nn.Module,
+    val_x: torch.Tensor,
+    val_y: torch.Tensor,
+    batch_size: int,
+    device: torch.device,
+) -> dict:
     rank, world = dist.get_rank(), dist.get_world_size()
     # Contiguous shards, sizes differing by at most one: no sample repeated, none dropped.
     x_shard, y_shard = val_x.tensor_split(world)[rank], val_y.tensor_split(world)[rank]
@@ -234,16 +264,21 @@ def evaluate(model: nn.Module, val_x: torch.Tensor, val_y: torch.Tensor, batch_s
     model.reshard()
     if was_training:
         model.train()
-    return {"loss": (totals[0] / totals[1]).item(), "tokens": int(totals[1].item()),
-            "mean_of_rank_means": local_mean.item() / world,
-            "padding_batches": int(n_batches.item()) - local_batches,
-            "root_sharded_before_reshard": root_sharded_before,
-            "root_sharded_after_reshard": root_is_sharded(model)}
+    return {
+        "loss": (totals[0] / totals[1]).item(),
+        "tokens": int(totals[1].item()),
+        "mean_of_rank_means": local_mean.item() / world,
+        "padding_batches": int(n_batches.item()) - local_batches,
+        "root_sharded_before_reshard": root_sharded_before,
+        "root_sharded_after_reshard": root_is_sharded(model),
+    }
 
 
 def export(model: nn.Module, out_dir: str, fmt: str, config: dict) -> str | None:
     """Collective. Gather the full weights to rank 0's CPU and write them; returns their SHA-256 on rank 0."""
-    sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    sd = get_model_state_dict(
+        model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+    )
     if dist.get_rank() != 0:
         return None
     os.makedirs(out_dir, exist_ok=True)
@@ -258,7 +293,9 @@ def export(model: nn.Module, out_dir: str, fmt: str, config: dict) -> str | None
             # safetensors refuses shared tensors; a tied model built from config.json
             # gets output.weight with the embedding (load_state_dict(..., strict=False)).
             sd.pop("output.weight")
-        save_file({k: v.contiguous() for k, v in sd.items()}, os.path.join(out_dir, "model.safetensors"))
+        save_file(
+            {k: v.contiguous() for k, v in sd.items()}, os.path.join(out_dir, "model.safetensors")
+        )
     else:
         torch.save(sd, os.path.join(out_dir, "model.pt"))
     with open(os.path.join(out_dir, "config.json"), "w") as f:
@@ -272,26 +309,49 @@ def export(model: nn.Module, out_dir: str, fmt: str, config: dict) -> str | None
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = Parser(description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
-                   help="auto: cuda when a GPU is visible, else cpu (gloo)")
+    p = Parser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    p.add_argument(
+        "--device",
+        default="auto",
+        choices=["auto", "cpu", "cuda"],
+        help="auto: cuda when a GPU is visible, else cpu (gloo)",
+    )
     p.add_argument("--steps", type=int, default=4)
-    p.add_argument("--eval-every", type=int, default=2, help="evaluate every N steps, and after the last")
+    p.add_argument(
+        "--eval-every", type=int, default=2, help="evaluate every N steps, and after the last"
+    )
     p.add_argument("--batch-size", type=int, default=4, help="per rank, training")
     p.add_argument("--eval-batch-size", type=int, default=4, help="per rank")
-    p.add_argument("--val-samples", type=int, default=9,
-                   help="validation set size; 9 on 2 ranks gives shards of 5 and 4, one batch more on rank 0")
+    p.add_argument(
+        "--val-samples",
+        type=int,
+        default=9,
+        help="validation set size; 9 on 2 ranks gives shards of 5 and 4, one batch more on rank 0",
+    )
     p.add_argument("--lr", type=float, default=1e-2)
     p.add_argument("--seed", type=int, default=0, help="weights; training data adds the rank")
-    p.add_argument("--export", metavar="DIR", help="write DIR/model.pt (or .safetensors) and DIR/config.json")
+    p.add_argument(
+        "--export", metavar="DIR", help="write DIR/model.pt (or .safetensors) and DIR/config.json"
+    )
     p.add_argument("--format", choices=["torch", "safetensors"], default="torch")
-    p.add_argument("--timeout-s", type=float, default=120.0,
-                   help="collective timeout, so a broken peer ends the run instead of hanging it")
+    p.add_argument(
+        "--timeout-s",
+        type=float,
+        default=120.0,
+        help="collective timeout, so a broken peer ends the run instead of hanging it",
+    )
     args = p.parse_args(argv)
     if args.timeout_s <= 0:
         p.error("--timeout-s must be > 0")
-    if min(args.steps, args.eval_every, args.batch_size, args.eval_batch_size, args.val_samples) < 1:
-        p.error("--steps, --eval-every, --batch-size, --eval-batch-size and --val-samples must be >= 1")
+    if (
+        min(args.steps, args.eval_every, args.batch_size, args.eval_batch_size, args.val_samples)
+        < 1
+    ):
+        p.error(
+            "--steps, --eval-every, --batch-size, --eval-batch-size and --val-samples must be >= 1"
+        )
     if args.format == "safetensors":
         try:
             import safetensors  # noqa: F401
@@ -305,9 +365,18 @@ def main(argv=None) -> None:
     rank, world, device = init_distributed(args.device, args.timeout_s)
     try:
         if args.val_samples < world:
-            raise UsageError(f"--val-samples {args.val_samples} < world size {world}: some rank would get none")
+            raise UsageError(
+                f"--val-samples {args.val_samples} < world size {world}: some rank would get none"
+            )
         mesh = init_device_mesh(device.type, (world,))
-        config = {"vocab": 64, "dim": 32, "n_heads": 4, "n_layers": 2, "max_seq": 16, "tie_embeddings": True}
+        config = {
+            "vocab": 64,
+            "dim": 32,
+            "n_heads": 4,
+            "n_layers": 2,
+            "max_seq": 16,
+            "tie_embeddings": True,
+        }
         torch.manual_seed(args.seed)
         model = Transformer(**config).to(device)
         for block in model.layers.values():
@@ -329,21 +398,43 @@ def main(argv=None) -> None:
             if rank == 0:
                 print(f"step {step:4d}  loss {losses[-1]:.6f}", flush=True)
             if (step + 1) % args.eval_every == 0 or step + 1 == args.steps:
-                evals.append({"after_step": step, **evaluate(model, val_x, val_y, args.eval_batch_size, device)})
+                evals.append(
+                    {
+                        "after_step": step,
+                        **evaluate(model, val_x, val_y, args.eval_batch_size, device),
+                    }
+                )
                 if rank == 0:
                     e = evals[-1]
-                    print(f"eval after step {step}: loss {e['loss']:.6f} over {e['tokens']} tokens "
-                          f"(mean of rank means {e['mean_of_rank_means']:.6f})", flush=True)
+                    print(
+                        f"eval after step {step}: loss {e['loss']:.6f} over {e['tokens']} tokens "
+                        f"(mean of rank means {e['mean_of_rank_means']:.6f})",
+                        flush=True,
+                    )
         padding = [None] * world
         dist.all_gather_object(padding, [e["padding_batches"] for e in evals])
         sha = export(model, args.export, args.format, config) if args.export else None
         if rank == 0:
             for e in evals:
                 e.pop("padding_batches")
-            print(json.dumps({"script": os.path.basename(__file__), "world_size": world, "device": device.type,
-                              "steps": args.steps, "losses": losses, "evals": evals,
-                              "padding_batches_per_rank": padding, "export": args.export,
-                              "export_sha256": sha, "format": args.format}, sort_keys=True), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "script": os.path.basename(__file__),
+                        "world_size": world,
+                        "device": device.type,
+                        "steps": args.steps,
+                        "losses": losses,
+                        "evals": evals,
+                        "padding_batches_per_rank": padding,
+                        "export": args.export,
+                        "export_sha256": sha,
+                        "format": args.format,
+                    },
+                    sort_keys=True,
+                ),
+                flush=True,
+            )
         dist.barrier()
     finally:
         dist.destroy_process_group()

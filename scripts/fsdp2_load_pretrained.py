@@ -49,7 +49,11 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    set_model_state_dict,
+)
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
@@ -79,8 +83,10 @@ def init_distributed(device_arg: str, timeout_s: float) -> tuple[int, int, torch
         if not torch.cuda.is_available():
             raise UsageError("--device cuda: no CUDA device is visible (use --device cpu)")
         if local_rank >= torch.cuda.device_count():
-            raise UsageError(f"LOCAL_RANK {local_rank} has no GPU ({torch.cuda.device_count()} visible); "
-                             "launch at most one process per GPU")
+            raise UsageError(
+                f"LOCAL_RANK {local_rank} has no GPU ({torch.cuda.device_count()} visible); "
+                "launch at most one process per GPU"
+            )
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
     else:
@@ -92,8 +98,14 @@ def init_distributed(device_arg: str, timeout_s: float) -> tuple[int, int, torch
         dist.init_process_group(backend, timeout=timeout, device_id=device_id)
     elif world == 1:
         # Plain `python script.py`: a private in-memory store, a real group of one.
-        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1,
-                                timeout=timeout, device_id=device_id)
+        dist.init_process_group(
+            backend,
+            store=dist.HashStore(),
+            rank=0,
+            world_size=1,
+            timeout=timeout,
+            device_id=device_id,
+        )
     else:
         raise UsageError(f"WORLD_SIZE={world} but no MASTER_ADDR: launch with torchrun")
     return dist.get_rank(), dist.get_world_size(), device
@@ -103,7 +115,9 @@ def run(main) -> None:
     try:
         main()
     except UsageError as e:
-        prefix = f"[rank {os.environ['RANK']}] " if int(os.environ.get("WORLD_SIZE", "1")) > 1 else ""
+        prefix = (
+            f"[rank {os.environ['RANK']}] " if int(os.environ.get("WORLD_SIZE", "1")) > 1 else ""
+        )
         print(f"{prefix}error: {e}", file=sys.stderr, flush=True)
         sys.exit(2)
 
@@ -139,7 +153,12 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
         b, s, d = x.shape
-        q, k, v = self.wqkv(self.attention_norm(x)).view(b, s, 3, self.n_heads, -1).transpose(1, 3).unbind(2)
+        q, k, v = (
+            self.wqkv(self.attention_norm(x))
+            .view(b, s, 3, self.n_heads, -1)
+            .transpose(1, 3)
+            .unbind(2)
+        )
         q, k = apply_rope(q, rope), apply_rope(k, rope)
         attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.wo(attn.transpose(1, 2).reshape(b, s, d))
@@ -147,8 +166,15 @@ class Block(nn.Module):
 
 
 class Transformer(nn.Module):
-    def __init__(self, vocab: int = 64, dim: int = 32, n_heads: int = 4, n_layers: int = 2,
-                 max_seq: int = 16, tie_embeddings: bool = False):
+    def __init__(
+        self,
+        vocab: int = 64,
+        dim: int = 32,
+        n_heads: int = 4,
+        n_layers: int = 2,
+        max_seq: int = 16,
+        tie_embeddings: bool = False,
+    ):
         super().__init__()
         self.head_dim, self.max_seq, self.tie_embeddings = dim // n_heads, max_seq, tie_embeddings
         self.tok_embeddings = nn.Embedding(vocab, dim)
@@ -210,7 +236,9 @@ def read_full_state_dict(path: str) -> dict[str, torch.Tensor]:
 
 def check_against_model(sd: dict[str, torch.Tensor], model: Transformer) -> str | None:
     """Fill a dropped tied weight; return a one-line problem, or None."""
-    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}  # global shapes, even for DTensors
+    expected = {
+        k: tuple(v.shape) for k, v in model.state_dict().items()
+    }  # global shapes, even for DTensors
     if model.tie_embeddings:
         emb, out = sd.get("tok_embeddings.weight"), sd.get("output.weight")
         if out is None and emb is not None:
@@ -229,7 +257,9 @@ def check_against_model(sd: dict[str, torch.Tensor], model: Transformer) -> str 
 
 def full_weights_sha256(model: nn.Module) -> str | None:
     """Collective. SHA-256 over the gathered weights in key order, on rank 0; None elsewhere."""
-    sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    sd = get_model_state_dict(
+        model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+    )
     if dist.get_rank() != 0:
         return None
     h = hashlib.sha256()
@@ -245,46 +275,88 @@ def full_weights_sha256(model: nn.Module) -> str | None:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = Parser(description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--checkpoint", metavar="FILE", help="a torch.save'd state dict (.pt/.pth/.bin) or .safetensors")
-    p.add_argument("--save-demo", metavar="FILE",
-                   help="write a randomly initialised model's state dict to FILE (a stand-in for pretrained "
-                        "weights) and exit; .safetensors needs the safetensors package")
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
-                   help="auto: cuda when a GPU is visible, else cpu (gloo)")
+    p = Parser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    p.add_argument(
+        "--checkpoint",
+        metavar="FILE",
+        help="a torch.save'd state dict (.pt/.pth/.bin) or .safetensors",
+    )
+    p.add_argument(
+        "--save-demo",
+        metavar="FILE",
+        help="write a randomly initialised model's state dict to FILE (a stand-in for pretrained "
+        "weights) and exit; .safetensors needs the safetensors package",
+    )
+    p.add_argument(
+        "--device",
+        default="auto",
+        choices=["auto", "cpu", "cuda"],
+        help="auto: cuda when a GPU is visible, else cpu (gloo)",
+    )
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--dim", type=int, default=32)
     p.add_argument("--vocab", type=int, default=64)
-    p.add_argument("--no-tie-embeddings", dest="tie_embeddings", action="store_false",
-                   help="separate embedding and output weights (tied by default, as in many HF models)")
-    p.add_argument("--steps", type=int, default=2, help="training steps after loading (0: load only)")
+    p.add_argument(
+        "--no-tie-embeddings",
+        dest="tie_embeddings",
+        action="store_false",
+        help="separate embedding and output weights (tied by default, as in many HF models)",
+    )
+    p.add_argument(
+        "--steps", type=int, default=2, help="training steps after loading (0: load only)"
+    )
     p.add_argument("--batch-size", type=int, default=4, help="per rank")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=0, help="data seed (and the demo weights' seed)")
-    p.add_argument("--timeout-s", type=float, default=120.0,
-                   help="collective timeout, so a broken peer ends the run instead of hanging it")
+    p.add_argument(
+        "--timeout-s",
+        type=float,
+        default=120.0,
+        help="collective timeout, so a broken peer ends the run instead of hanging it",
+    )
     args = p.parse_args(argv)
     if args.timeout_s <= 0:
         p.error("--timeout-s must be > 0")
     if not args.checkpoint and not args.save_demo:
         p.error("--checkpoint FILE is required (make a demo one with --save-demo FILE)")
-    if args.steps < 0 or args.batch_size < 1 or args.layers < 1 or args.dim < 8 or args.dim % 8 or args.vocab < 2:
-        p.error("need --steps >= 0, --batch-size >= 1, --layers >= 1, --dim a multiple of 8, --vocab >= 2")
+    if (
+        args.steps < 0
+        or args.batch_size < 1
+        or args.layers < 1
+        or args.dim < 8
+        or args.dim % 8
+        or args.vocab < 2
+    ):
+        p.error(
+            "need --steps >= 0, --batch-size >= 1, --layers >= 1, --dim a multiple of 8, --vocab >= 2"
+        )
     for path in (args.checkpoint, args.save_demo):
         if path and path.endswith(".safetensors"):
             try:
                 import safetensors  # noqa: F401
             except ImportError:
                 p.error(f"{path}: reading or writing .safetensors needs the safetensors package")
-    if args.checkpoint and not args.save_demo and os.environ.get("RANK", "0") == "0" \
-            and not os.path.isfile(args.checkpoint):
+    if (
+        args.checkpoint
+        and not args.save_demo
+        and os.environ.get("RANK", "0") == "0"
+        and not os.path.isfile(args.checkpoint)
+    ):
         # Only rank 0 reads, so only rank 0's host needs the file.
         p.error(f"--checkpoint {args.checkpoint}: no such file")
     return args
 
 
 def build_model(args, **kw) -> Transformer:
-    return Transformer(vocab=args.vocab, dim=args.dim, n_layers=args.layers, tie_embeddings=args.tie_embeddings, **kw)
+    return Transformer(
+        vocab=args.vocab,
+        dim=args.dim,
+        n_layers=args.layers,
+        tie_embeddings=args.tie_embeddings,
+        **kw,
+    )
 
 
 def save_demo(args) -> None:
@@ -294,11 +366,17 @@ def save_demo(args) -> None:
         from safetensors.torch import save_file
 
         if args.tie_embeddings:
-            del sd["output.weight"]  # safetensors refuses shared tensors; HF drops the tied copy too
+            del sd[
+                "output.weight"
+            ]  # safetensors refuses shared tensors; HF drops the tied copy too
         save_file({k: v.contiguous() for k, v in sd.items()}, args.save_demo)
     else:
         torch.save(sd, args.save_demo)
-    print(json.dumps({"script": os.path.basename(__file__), "saved": args.save_demo, "keys": sorted(sd)}))
+    print(
+        json.dumps(
+            {"script": os.path.basename(__file__), "saved": args.save_demo, "keys": sorted(sd)}
+        )
+    )
 
 
 def main(argv=None) -> None:
@@ -327,8 +405,11 @@ def main(argv=None) -> None:
         dist.broadcast_object_list(verdict, src=0)
         if verdict[0]:
             raise UsageError(f"--checkpoint {args.checkpoint}: {verdict[0]}")
-        set_model_state_dict(model, full_sd,
-                             options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+        set_model_state_dict(
+            model,
+            full_sd,
+            options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True),
+        )
         del full_sd
         loaded_sha = full_weights_sha256(model)
         tied = model.output.weight is model.tok_embeddings.weight
@@ -340,7 +421,10 @@ def main(argv=None) -> None:
         opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
         losses = []
         for step in range(args.steps):
-            x, y = (t.to(device) for t in token_batch(args.seed, rank, step, args.batch_size, vocab=args.vocab))
+            x, y = (
+                t.to(device)
+                for t in token_batch(args.seed, rank, step, args.batch_size, vocab=args.vocab)
+            )
             loss = lm_loss(model(x), y)
             loss.backward()
             opt.step()
@@ -353,10 +437,24 @@ def main(argv=None) -> None:
 
         if rank == 0:
             fmt = "safetensors" if args.checkpoint.endswith(".safetensors") else "torch"
-            print(json.dumps({"script": os.path.basename(__file__), "world_size": world, "device": device.type,
-                              "format": fmt, "weights_sha256": loaded_sha, "tied": tied, "sharded": sharded,
-                              "params_per_rank": [int(t.item()) for t in per_rank], "steps": args.steps,
-                              "losses": losses}, sort_keys=True), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "script": os.path.basename(__file__),
+                        "world_size": world,
+                        "device": device.type,
+                        "format": fmt,
+                        "weights_sha256": loaded_sha,
+                        "tied": tied,
+                        "sharded": sharded,
+                        "params_per_rank": [int(t.item()) for t in per_rank],
+                        "steps": args.steps,
+                        "losses": losses,
+                    },
+                    sort_keys=True,
+                ),
+                flush=True,
+            )
         dist.barrier()
     finally:
         dist.destroy_process_group()

@@ -43,13 +43,17 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import _dist_common as common
 import torch
 import torch.nn as nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
-
-import _dist_common as common
+from torch.distributed.fsdp import (
+    CPUOffloadPolicy,
+    MixedPrecisionPolicy,
+    OffloadPolicy,
+    fully_shard,
+)
 
 
 def apply_ac(model: common.ToyTransformer) -> None:
@@ -58,8 +62,13 @@ def apply_ac(model: common.ToyTransformer) -> None:
         model.layers.register_module(name, checkpoint_wrapper(block))
 
 
-def apply_fsdp(model: common.ToyTransformer, mesh, mp_policy: MixedPrecisionPolicy,
-               offload_policy: OffloadPolicy, reshard_after_forward: bool) -> None:
+def apply_fsdp(
+    model: common.ToyTransformer,
+    mesh,
+    mp_policy: MixedPrecisionPolicy,
+    offload_policy: OffloadPolicy,
+    reshard_after_forward: bool,
+) -> None:
     """Shard per block, then the root.
 
     Each block is one communication group: its parameters are all-gathered
@@ -126,11 +135,18 @@ def build_sharded_model(args, d: common.Dist, mesh) -> common.ToyTransformer:
     offload = OffloadPolicy()
     if args.cpu_offload:
         if d.device.type == "cpu":
-            raise common.LaunchError("--cpu-offload needs an accelerator (it offloads *from* the GPU); "
-                                     "on a CPU-only machine the parameters are already in host memory")
+            raise common.LaunchError(
+                "--cpu-offload needs an accelerator (it offloads *from* the GPU); "
+                "on a CPU-only machine the parameters are already in host memory"
+            )
         offload = CPUOffloadPolicy()
-    apply_fsdp(model, mesh, mixed_precision(args.mixed_precision, d.device), offload,
-               args.reshard_after_forward)
+    apply_fsdp(
+        model,
+        mesh,
+        mixed_precision(args.mixed_precision, d.device),
+        offload,
+        args.reshard_after_forward,
+    )
     if args.prefetch:
         apply_prefetch(model)
     materialize(model, d.device, args.cpu_offload)
@@ -146,17 +162,33 @@ def reference_model(args, device: torch.device) -> nn.Module:
 
 
 def add_args(p) -> None:
-    p.add_argument("--batch-size", type=common.positive_int, default=4, help="per rank, per micro-batch")
-    p.add_argument("--accum-steps", type=common.positive_int, default=1, help="micro-batches per optimizer step")
+    p.add_argument(
+        "--batch-size", type=common.positive_int, default=4, help="per rank, per micro-batch"
+    )
+    p.add_argument(
+        "--accum-steps",
+        type=common.positive_int,
+        default=1,
+        help="micro-batches per optimizer step",
+    )
     p.add_argument("--max-norm", type=float, default=1.0, help="gradient clipping threshold")
     p.add_argument("--mixed-precision", choices=["auto", "bf16", "off"], default="auto")
-    p.add_argument("--cpu-offload", action="store_true", help="CPUOffloadPolicy (needs an accelerator)")
+    p.add_argument(
+        "--cpu-offload", action="store_true", help="CPUOffloadPolicy (needs an accelerator)"
+    )
     p.add_argument("--no-reshard-after-forward", dest="reshard_after_forward", action="store_false")
-    p.add_argument("--no-ac", dest="ac", action="store_false", help="disable activation checkpointing")
-    p.add_argument("--no-prefetch", dest="prefetch", action="store_false", help="disable explicit prefetch")
-    p.add_argument("--check-parity", action="store_true",
-                   help="also train a replicated reference each step and report the largest "
-                        "per-shard parameter / gradient difference (fp32 only)")
+    p.add_argument(
+        "--no-ac", dest="ac", action="store_false", help="disable activation checkpointing"
+    )
+    p.add_argument(
+        "--no-prefetch", dest="prefetch", action="store_false", help="disable explicit prefetch"
+    )
+    p.add_argument(
+        "--check-parity",
+        action="store_true",
+        help="also train a replicated reference each step and report the largest "
+        "per-shard parameter / gradient difference (fp32 only)",
+    )
 
 
 def main(argv=None) -> None:
@@ -170,7 +202,9 @@ def main(argv=None) -> None:
         mp = resolve_mixed_precision(args.mixed_precision, d.device)
         if args.check_parity:
             if mp == "bf16":
-                raise common.LaunchError("--check-parity compares fp32 numbers; add --mixed-precision off")
+                raise common.LaunchError(
+                    "--check-parity compares fp32 numbers; add --mixed-precision off"
+                )
             common.exact_fp32()
         mesh = init_device_mesh(d.device.type, (d.world_size,), mesh_dim_names=("dp_shard",))
         model = build_sharded_model(args, d, mesh)
@@ -187,7 +221,10 @@ def main(argv=None) -> None:
                 # Reduce-scatter gradients only on the last micro-batch; before
                 # that they accumulate unsharded-locally (more memory, less traffic).
                 model.set_requires_gradient_sync(micro == args.accum_steps - 1)
-                x, y = (t.to(d.device) for t in common.token_batch(args.seed, d.rank, step, args.batch_size, micro))
+                x, y = (
+                    t.to(d.device)
+                    for t in common.token_batch(args.seed, d.rank, step, args.batch_size, micro)
+                )
                 loss = common.lm_loss(model(x), y) / args.accum_steps
                 loss.backward()
                 step_loss += loss.detach()
@@ -201,7 +238,10 @@ def main(argv=None) -> None:
                 ref_loss = 0.0
                 for micro in range(args.accum_steps):
                     for r in range(d.world_size):
-                        x, y = (t.to(d.device) for t in common.token_batch(args.seed, r, step, args.batch_size, micro))
+                        x, y = (
+                            t.to(d.device)
+                            for t in common.token_batch(args.seed, r, step, args.batch_size, micro)
+                        )
                         part = common.lm_loss(ref(x), y) / (args.accum_steps * d.world_size)
                         part.backward()
                         ref_loss += part.item()
@@ -219,11 +259,22 @@ def main(argv=None) -> None:
 
         extra = {"parity": worst} if args.check_parity else {}
         policy = mixed_precision(mp, d.device)
-        common.summary(d, __file__, losses, args.steps, grad_norms=norms, accum_steps=args.accum_steps,
-                       mixed_precision=mp, param_dtype=dtype_name(policy.param_dtype),
-                       reduce_dtype=dtype_name(policy.reduce_dtype or policy.param_dtype),
-                       ac=args.ac, prefetch=args.prefetch, cpu_offload=args.cpu_offload,
-                       reshard_after_forward=args.reshard_after_forward, **extra)
+        common.summary(
+            d,
+            __file__,
+            losses,
+            args.steps,
+            grad_norms=norms,
+            accum_steps=args.accum_steps,
+            mixed_precision=mp,
+            param_dtype=dtype_name(policy.param_dtype),
+            reduce_dtype=dtype_name(policy.reduce_dtype or policy.param_dtype),
+            ac=args.ac,
+            prefetch=args.prefetch,
+            cpu_offload=args.cpu_offload,
+            reshard_after_forward=args.reshard_after_forward,
+            **extra,
+        )
 
 
 if __name__ == "__main__":

@@ -25,11 +25,10 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import _dist_common as common
 import torch
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
-
-import _dist_common as common
 
 DIMS = ("dp_replicate", "dp_shard")
 
@@ -44,12 +43,19 @@ def main(argv=None) -> None:
     p = common.base_parser(__doc__.splitlines()[0], steps=5, lr=1e-2)
     p.add_argument("--replicate-degree", type=int, default=0, help="0: world size / shard degree")
     p.add_argument("--shard-degree", type=int, default=0, help="0: 2 on an even world size, else 1")
-    p.add_argument("--batch-size", type=common.positive_int, default=4, help="per data-parallel rank")
+    p.add_argument(
+        "--batch-size", type=common.positive_int, default=4, help="per data-parallel rank"
+    )
     p.add_argument("--max-norm", type=float, default=1.0)
-    p.add_argument("--check-parity", action="store_true",
-                   help="compare every local shard with a replicated reference each step")
+    p.add_argument(
+        "--check-parity",
+        action="store_true",
+        help="compare every local shard with a replicated reference each step",
+    )
     args = p.parse_args(argv)
-    shape = common.mesh_shape(common.world_size_from_env(), DIMS, args.replicate_degree, args.shard_degree)
+    shape = common.mesh_shape(
+        common.world_size_from_env(), DIMS, args.replicate_degree, args.shard_degree
+    )
 
     with common.distributed(args) as d:
         if args.check_parity:
@@ -66,18 +72,26 @@ def main(argv=None) -> None:
         apply_hsdp(model, mesh)
         opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
         # Row-major mesh: the global rank is also the flattened (replicate, shard) index.
-        dp_rank = mesh["dp_replicate"].get_local_rank() * shape[1] + mesh["dp_shard"].get_local_rank()
+        dp_rank = (
+            mesh["dp_replicate"].get_local_rank() * shape[1] + mesh["dp_shard"].get_local_rank()
+        )
 
         losses, norms = [], []
         for step in range(args.steps):
-            x, y = (t.to(d.device) for t in common.token_batch(args.seed, dp_rank, step, args.batch_size))
+            x, y = (
+                t.to(d.device)
+                for t in common.token_batch(args.seed, dp_rank, step, args.batch_size)
+            )
             loss = common.lm_loss(model(x), y)
             loss.backward()
             norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_norm)
             norms.append(norm.full_tensor().item())  # before clipping, over both mesh dims
             if ref is not None:
                 for r in range(d.world_size):
-                    rx, ry = (t.to(d.device) for t in common.token_batch(args.seed, r, step, args.batch_size))
+                    rx, ry = (
+                        t.to(d.device)
+                        for t in common.token_batch(args.seed, r, step, args.batch_size)
+                    )
                     (common.lm_loss(ref(rx), ry) / d.world_size).backward()
                 torch.nn.utils.clip_grad_norm_(ref.parameters(), args.max_norm)
                 worst["grad"] = max(worst["grad"], common.max_shard_diff(model, ref, grads=True))
@@ -90,8 +104,16 @@ def main(argv=None) -> None:
             losses.append(common.mean_across_ranks(loss))
             common.log_step(d, step, losses[-1])
         extra = {"parity": worst} if ref is not None else {}
-        common.summary(d, __file__, losses, args.steps, mesh=dict(zip(DIMS, shape)), grad_norms=norms,
-                       placements=[str(pl) for pl in model.output.weight.placements], **extra)
+        common.summary(
+            d,
+            __file__,
+            losses,
+            args.steps,
+            mesh=dict(zip(DIMS, shape)),
+            grad_norms=norms,
+            placements=[str(pl) for pl in model.output.weight.placements],
+            **extra,
+        )
 
 
 if __name__ == "__main__":

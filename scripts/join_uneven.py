@@ -41,6 +41,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import _dist_common as common
 import torch
 import torch.distributed as dist
 import torch.nn as nn
@@ -48,8 +49,6 @@ import torch.nn.functional as F
 from torch.distributed.algorithms.join import Join
 from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel as DDP
-
-import _dist_common as common
 
 FEATURES = 4
 
@@ -73,7 +72,9 @@ def batch(seed: int, rank: int, step: int, batch_size: int) -> tuple[torch.Tenso
 def main(argv=None) -> None:
     p = common.base_parser(__doc__.splitlines()[0], steps=None, lr=0.1)
     p.add_argument("--batches", type=common.positive_int, default=4, help="batches on rank 0")
-    p.add_argument("--extra-per-rank", type=int, default=2, help="rank r gets r times this many more")
+    p.add_argument(
+        "--extra-per-rank", type=int, default=2, help="rank r gets r times this many more"
+    )
     p.add_argument("--batch-size", type=common.positive_int, default=8)
     p.add_argument("--throw-on-early-termination", action="store_true")
     args = p.parse_args(argv)
@@ -119,9 +120,14 @@ def main(argv=None) -> None:
         dist.all_gather_object(owners, [n for n, q in model.named_parameters() if id(q) in mine])
         weights = torch.cat([q.detach().reshape(-1).cpu() for q in model.parameters()]).tolist()
         common.summary(
-            d, __file__, per_rank[0], len(per_rank[0]),
+            d,
+            __file__,
+            per_rank[0],
+            len(per_rank[0]),
             losses_per_rank=per_rank,
-            batches_per_rank=[num_batches(r, args.batches, args.extra_per_rank) for r in range(d.world_size)],
+            batches_per_rank=[
+                num_batches(r, args.batches, args.extra_per_rank) for r in range(d.world_size)
+            ],
             steps_per_rank=[len(x) for x in per_rank],
             total_steps=sum(len(x) for x in per_rank),
             ranks_stopped_early=int(stopped.item()),

@@ -44,8 +44,11 @@ def _first_use_problem(argv):
     missing = missing_build_modules(with_torch=not has_api_pages)
     if not missing:
         return None  # the search builds the index (a few seconds, progress on stderr)
-    return first_use_hint(", ".join(missing), with_torch=TORCH_REQUIREMENT in missing,
-                          rerun=[os.path.abspath(__file__), *argv])
+    return first_use_hint(
+        ", ".join(missing),
+        with_torch=TORCH_REQUIREMENT in missing,
+        rerun=[os.path.abspath(__file__), *argv],
+    )
 
 
 if __name__ == "__main__":
@@ -57,6 +60,6 @@ if __name__ == "__main__":
     if problem:
         print(f"search.py: error: {problem}", file=sys.stderr)
         sys.exit(1)
-    from fsdp_skill.search_cli import main
+    from fsdp_skill.search.cli import main
 
     sys.exit(main())

@@ -24,12 +24,11 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import _dist_common as common
 import torch
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
-
-import _dist_common as common
 
 DIMS = ("dp", "tp")
 
@@ -79,10 +78,15 @@ def main(argv=None) -> None:
     p = common.base_parser(__doc__.splitlines()[0], steps=5, lr=1e-2)
     p.add_argument("--dp-degree", type=int, default=0, help="0: world size / tp degree")
     p.add_argument("--tp-degree", type=int, default=0, help="0: 2 on an even world size, else 1")
-    p.add_argument("--batch-size", type=common.positive_int, default=4, help="per data-parallel rank")
+    p.add_argument(
+        "--batch-size", type=common.positive_int, default=4, help="per data-parallel rank"
+    )
     p.add_argument("--max-norm", type=float, default=1.0)
-    p.add_argument("--check-parity", action="store_true",
-                   help="compare every local shard with a replicated reference each step")
+    p.add_argument(
+        "--check-parity",
+        action="store_true",
+        help="compare every local shard with a replicated reference each step",
+    )
     args = p.parse_args(argv)
     dp, tp = common.mesh_shape(common.world_size_from_env(), DIMS, args.dp_degree, args.tp_degree)
     if common.HEADS % tp:
@@ -107,13 +111,19 @@ def main(argv=None) -> None:
 
         losses, norms = [], []
         for step in range(args.steps):
-            x, y = (t.to(d.device) for t in common.token_batch(args.seed, dp_rank, step, args.batch_size))
+            x, y = (
+                t.to(d.device)
+                for t in common.token_batch(args.seed, dp_rank, step, args.batch_size)
+            )
             loss = common.lm_loss(model(x), y)
             loss.backward()
             norms.append(clip_grad_norm_(model.parameters(), args.max_norm).item())
             if ref is not None:
                 for r in range(dp):
-                    rx, ry = (t.to(d.device) for t in common.token_batch(args.seed, r, step, args.batch_size))
+                    rx, ry = (
+                        t.to(d.device)
+                        for t in common.token_batch(args.seed, r, step, args.batch_size)
+                    )
                     (common.lm_loss(ref(rx), ry) / dp).backward()
                 torch.nn.utils.clip_grad_norm_(ref.parameters(), args.max_norm)
                 worst["grad"] = max(worst["grad"], common.max_shard_diff(model, ref, grads=True))
@@ -127,9 +137,17 @@ def main(argv=None) -> None:
             common.log_step(d, step, losses[-1])
         wq = model.layers["0"].attention.wq.weight
         extra = {"parity": worst} if ref is not None else {}
-        common.summary(d, __file__, losses, args.steps, mesh={"dp": dp, "tp": tp}, grad_norms=norms,
-                       wq_placements=[str(pl) for pl in wq.placements],
-                       wq_local_shape=list(wq.to_local().shape), **extra)
+        common.summary(
+            d,
+            __file__,
+            losses,
+            args.steps,
+            mesh={"dp": dp, "tp": tp},
+            grad_norms=norms,
+            wq_placements=[str(pl) for pl in wq.placements],
+            wq_local_shape=list(wq.to_local().shape),
+            **extra,
+        )
 
 
 if __name__ == "__main__":

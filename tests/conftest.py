@@ -17,8 +17,13 @@ def built_data(tmp_path_factory):
     """A data dir (api pages + index) for the repo's skill, built once; treat as read-only."""
     data = tmp_path_factory.mktemp("data")
     env = dict(os.environ, FSDP_SKILL_ROOT=str(REPO), FSDP_SKILL_DATA_DIR=str(data))
-    subprocess.run([sys.executable, "-m", "fsdp_skill.cli", "build"], env=env, check=True,
-                   capture_output=True, text=True)
+    subprocess.run(
+        [sys.executable, "-m", "fsdp_skill.cli", "build"],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return data
 
 
@@ -33,8 +38,14 @@ def data_copy(built_data, tmp_path):
 def _run_search(args, data_dir, python=None, cwd=None, extra_env=None, script=None):
     env = dict(os.environ, FSDP_SKILL_ROOT=str(REPO), FSDP_SKILL_DATA_DIR=str(data_dir))
     env.update(extra_env or {})
-    return subprocess.run([python or sys.executable, str(script or REPO / "scripts" / "search.py"), *args],
-                          env=env, capture_output=True, text=True, cwd=cwd or REPO, timeout=300)
+    return subprocess.run(
+        [python or sys.executable, str(script or REPO / "scripts" / "search.py"), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=cwd or REPO,
+        timeout=300,
+    )
 
 
 @pytest.fixture

@@ -42,7 +42,9 @@ def test_skill_md_has_commands():
 def test_search_commands(cmd, built_data):
     argv = shlex.split(cmd)
     env = dict(os.environ, FSDP_SKILL_ROOT=str(REPO), FSDP_SKILL_DATA_DIR=str(built_data))
-    out = subprocess.run([sys.executable, *argv[1:]], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, *argv[1:]], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     if "--json" in argv:
         assert json.loads(out.stdout)["results"]
@@ -55,9 +57,17 @@ def test_search_commands(cmd, built_data):
 def test_torchrun_commands(cmd, tmp_path):
     argv = shlex.split(cmd.replace("/tmp/", f"{tmp_path}/"))
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", *argv[1:]], cwd=REPO, env=env,
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", *argv[1:]],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     summary = json.loads(out.stdout.strip().splitlines()[-1])
     # Training examples report their losses; the diagnostics tool reports its verdict.
-    assert summary["world_size"] == 2 and (summary.get("losses") or summary.get("ok") is True), summary
+    assert summary["world_size"] == 2 and (summary.get("losses") or summary.get("ok") is True), (
+        summary
+    )

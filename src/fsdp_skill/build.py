@@ -16,9 +16,8 @@ import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
-from . import fsswap, paths
-from .freshness import ENGINE, stale_reason
-
+from fsdp_skill import atomic, paths
+from fsdp_skill.freshness import ENGINE, stale_reason
 
 # Which torch (and engine) made references/api/; not a page (no .md), so never indexed.
 API_MARKER = "build-info.txt"
@@ -48,8 +47,8 @@ def build_docstring_pages(api_dir, progress=_say):
         import torch
     except ImportError:
         raise BuildError("building the API references needs torch: pip install torch") from None
-    from .pages import public_mode
-    from .sources.docstrings import build_pages
+    from fsdp_skill.pages import public_mode
+    from fsdp_skill.sources.docstrings import build_pages
 
     api_dir = Path(api_dir)
     api_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -69,17 +68,19 @@ def build_docstring_pages(api_dir, progress=_say):
 
 def _swap_dir(new, target):
     """Put folder `new` at `target`, replacing it (in one atomic exchange where the OS has
-    one, see fsswap); the old tree is removed afterwards."""
+    one, see fsdp_skill.atomic); the old tree is removed afterwards."""
     target = Path(target)
-    previous = fsswap.swap_in(Path(new), target, target.with_name(f".{target.name}-old-{os.getpid()}"))
+    previous = atomic.swap_in(
+        Path(new), target, target.with_name(f".{target.name}-old-{os.getpid()}")
+    )
     if previous is not None:
-        fsswap.rmtree(previous)
+        atomic.rmtree(previous)
 
 
 def collect_chunks(dirs):
     """All chunks of all pages in `dirs` ({source: folder}), web pages shadowing docstring pages."""
-    from .chunking import chunk_page
-    from .pages import PageError
+    from fsdp_skill.chunking import chunk_page
+    from fsdp_skill.pages import PageError
 
     chunks, web_pages, stale_web = [], set(), set()
     api_version = _api_pages_version(dirs["docstring"]) if dirs.get("docstring") else None
@@ -112,9 +113,11 @@ def collect_chunks(dirs):
                     d["flags"] = "shadowed"
                 chunks.append(d)
     if stale_web:
-        _say(f"note: scraped pages describe torch {', '.join(sorted(stale_web))}, the API pages torch "
-             f"{api_version}; searching the API pages by default (refresh: fsdp-skill scrape --version "
-             f"{api_release})")
+        _say(
+            f"note: scraped pages describe torch {', '.join(sorted(stale_web))}, the API pages torch "
+            f"{api_version}; searching the API pages by default (refresh: fsdp-skill scrape --version "
+            f"{api_release})"
+        )
     return chunks
 
 
@@ -135,13 +138,15 @@ def content_hash(dirs):
     return h.hexdigest()
 
 
-def build_index(refs_root, index_dir, *, web_dir=None, guides_dir=None, torch_version=None, variant=None):
+def build_index(
+    refs_root, index_dir, *, web_dir=None, guides_dir=None, torch_version=None, variant=None
+):
     """Index the pages under refs_root (api/, guides/, web/) into index_dir; returns the manifest.
 
     web_dir / guides_dir override where those pages are read from (the scraper indexes a new
     web tree before swapping it in). Writes index.bin and manifest.json atomically.
     """
-    from .index import builder
+    from fsdp_skill.index import builder
 
     refs_root = Path(refs_root)
     dirs = {
@@ -161,18 +166,25 @@ def build_index(refs_root, index_dir, *, web_dir=None, guides_dir=None, torch_ve
         "torch_version": version,
         "content_hash": content_hash(dirs),
         "chunks": len(chunks),
-        "sources": {s: sum(1 for c in chunks if c["source"] == s) for s in ("docstring", "web", "guide")},
+        "sources": {
+            s: sum(1 for c in chunks if c["source"] == s) for s in ("docstring", "web", "guide")
+        },
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     header = {k: str(v) for k, v in manifest.items() if k != "sources"}
     index_dir = Path(index_dir)
     index_dir.mkdir(parents=True, exist_ok=True)
-    n_terms = builder.build(chunks, str(index_dir / paths.INDEX_FILE), header, stamp,
-                            variant=variant or builder.DEFAULT_VARIANT)
+    n_terms = builder.build(
+        chunks,
+        str(index_dir / paths.INDEX_FILE),
+        header,
+        stamp,
+        variant=variant or builder.DEFAULT_VARIANT,
+    )
     manifest["terms"] = n_terms
     manifest["variant"] = variant or builder.DEFAULT_VARIANT
     manifest["seconds"] = round(time.perf_counter() - started, 2)
-    from .pages import atomic_write
+    from fsdp_skill.pages import atomic_write
 
     atomic_write(index_dir / "manifest.json", json.dumps(manifest, indent=2) + "\n")
     return manifest
@@ -189,11 +201,15 @@ def ensure_index(root=None, progress=_say, force=False):
     if reason is None:
         return index_file
     if torch_version is None and _api_pages_version(dirs["docstring"]) is None:
-        raise BuildError("no usable index, and building one needs torch: pip install torch, then rerun")
+        raise BuildError(
+            "no usable index, and building one needs torch: pip install torch, then rerun"
+        )
     try:
         os.makedirs(data, exist_ok=True)
     except OSError as exc:
-        raise BuildError(f"cannot create {data} ({exc.strerror}); set FSDP_SKILL_DATA_DIR to a writable folder") from None
+        raise BuildError(
+            f"cannot create {data} ({exc.strerror}); set FSDP_SKILL_DATA_DIR to a writable folder"
+        ) from None
     with _build_lock(os.path.join(data, ".build.lock"), progress):
         # Another process may have built it while we waited for the lock.
         reason = "forced" if force else stale_reason(index_file, dirs, torch_version)
@@ -206,9 +222,15 @@ def ensure_index(root=None, progress=_say, force=False):
         if force or api_version is None or (torch_version and api_version != torch_version):
             if torch_version is not None:
                 build_docstring_pages(api_dir, progress)
-        manifest = build_index(data, os.path.dirname(index_file), guides_dir=dirs["guide"],
-                               torch_version=torch_version or _api_pages_version(api_dir))
-        progress(f"indexed {manifest['chunks']} chunks ({manifest['terms']} terms) in {manifest['seconds']} s")
+        manifest = build_index(
+            data,
+            os.path.dirname(index_file),
+            guides_dir=dirs["guide"],
+            torch_version=torch_version or _api_pages_version(api_dir),
+        )
+        progress(
+            f"indexed {manifest['chunks']} chunks ({manifest['terms']} terms) in {manifest['seconds']} s"
+        )
     compile_query_path()
     return index_file
 
@@ -231,12 +253,16 @@ def _build_lock(path, progress):
     try:
         lock.acquire(timeout=0)
     except Timeout:
-        progress(f"waiting for another build of the index to finish (lock {path}, up to {limit:g} s)")
+        progress(
+            f"waiting for another build of the index to finish (lock {path}, up to {limit:g} s)"
+        )
         try:
             lock.acquire(timeout=limit)
         except Timeout:
-            raise BuildError(f"another process has held {path} for over {limit:g} s; "
-                             "stop it (or, if none is running, retry)") from None
+            raise BuildError(
+                f"another process has held {path} for over {limit:g} s; "
+                "stop it (or, if none is running, retry)"
+            ) from None
     try:
         yield
     finally:

@@ -10,8 +10,8 @@ from dataclasses import asdict, dataclass, field
 
 from markdown_it import MarkdownIt
 
-from .pages import read_page
-from .paths import SOURCE_DIRS
+from fsdp_skill.pages import read_page
+from fsdp_skill.paths import SOURCE_DIRS
 
 MAX_CHARS = 1800
 _md = MarkdownIt("commonmark").enable("table")
@@ -84,14 +84,14 @@ def _blocks(body):
             while True:
                 t = tokens[j]
                 if t.type == "list_item_open" and t.level == 1:
-                    yield "item", "\n".join(lines[t.map[0]:t.map[1]]).rstrip(), t
+                    yield "item", "\n".join(lines[t.map[0] : t.map[1]]).rstrip(), t
                 depth += t.nesting if t.type.endswith(("list_open", "list_close")) else 0
                 j += 1
                 if depth == 0:
                     break
             i = j
             continue
-        text = "\n".join(lines[tok.map[0]:tok.map[1]]).rstrip()
+        text = "\n".join(lines[tok.map[0] : tok.map[1]]).rstrip()
         if tok.type == "heading_open":
             yield "heading", tokens[i + 1].content, tok
         else:
@@ -185,19 +185,21 @@ def chunk_markdown(meta, body, path, max_chars=MAX_CHARS):
             text = _join(part)
             if n and signature:
                 text = signature + "\n\n" + text
-            chunks.append(Chunk(
-                id=f"{meta['source']}:{meta['page']}#{key}:{n}",
-                title=sec.title,
-                breadcrumbs=list(sec.crumbs),
-                url=url,
-                objects=list(sec.objects),
-                source=meta["source"],
-                torch_version=meta["torch_version"],
-                path=_page_path(meta, path),
-                text=text,
-                page=meta["page"],
-                signature=signature,
-            ))
+            chunks.append(
+                Chunk(
+                    id=f"{meta['source']}:{meta['page']}#{key}:{n}",
+                    title=sec.title,
+                    breadcrumbs=list(sec.crumbs),
+                    url=url,
+                    objects=list(sec.objects),
+                    source=meta["source"],
+                    torch_version=meta["torch_version"],
+                    path=_page_path(meta, path),
+                    text=text,
+                    page=meta["page"],
+                    signature=signature,
+                )
+            )
     _dedupe_ids(chunks)
     return chunks
 

@@ -27,12 +27,12 @@ def _usage():
 
 
 def _build(argv):
-    from .argparsing import OneLineParser
+    from fsdp_skill.argparsing import OneLineParser
 
     p = OneLineParser(prog="fsdp-skill build", description=COMMANDS["build"])
     p.add_argument("--force", action="store_true", help="rebuild even when the index is fresh")
     args = p.parse_args(argv)
-    from .build import BuildError, ensure_index
+    from fsdp_skill.build import BuildError, ensure_index
 
     try:
         path = ensure_index(force=args.force)
@@ -40,8 +40,11 @@ def _build(argv):
         print(f"fsdp-skill build: error: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:
-        print(f"fsdp-skill build: error: {exc.strerror or exc}: {exc.filename or ''} "
-              "(set FSDP_SKILL_DATA_DIR to a writable folder)", file=sys.stderr)
+        print(
+            f"fsdp-skill build: error: {exc.strerror or exc}: {exc.filename or ''} "
+            "(set FSDP_SKILL_DATA_DIR to a writable folder)",
+            file=sys.stderr,
+        )
         return 1
     print(path)
     return 0
@@ -61,37 +64,37 @@ def _dispatch(argv):
         return 0 if argv else 2
     cmd, rest = argv[0], argv[1:]
     if cmd == "search":
-        from .search_cli import run
+        from fsdp_skill.search.cli import run
 
         return run(rest, prog="fsdp-skill search")
     if cmd == "build":
         return _build(rest)
     if cmd == "scrape":
-        from .sources.web.cli import main as scrape_main
+        from fsdp_skill.sources.web.cli import main as scrape_main
 
         return scrape_main(rest)
     if cmd == "eval":
-        from .eval import main as eval_main
+        from fsdp_skill.eval import main as eval_main
 
         return eval_main(rest)
     if cmd == "validate":
-        from .skill.validate import main as validate_main
+        from fsdp_skill.skill.validate import main as validate_main
 
         return validate_main(rest)
     if cmd == "install":
-        from .skill.install import main as install_main
+        from fsdp_skill.skill.install import main as install_main
 
         return install_main(rest)
     if cmd == "bundle":
-        from .skill.bundle import main as bundle_main
+        from fsdp_skill.skill.bundle import main as bundle_main
 
         return bundle_main(rest)
     if cmd == "export":
-        from .skill.bundle import export_main
+        from fsdp_skill.skill.bundle import export_main
 
         return export_main(rest)
     if cmd == "mcp":
-        from .mcp_server import main as mcp_main
+        from fsdp_skill.mcp_server import main as mcp_main
 
         return mcp_main(rest)
     print(f"fsdp-skill: error: unknown command {cmd!r}\n{_usage()}", file=sys.stderr)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import yaml
 
-from .argparsing import OneLineParser
+from fsdp_skill.argparsing import OneLineParser
 
 K_VALUES = (1, 5, 10)
 
@@ -66,7 +66,9 @@ def load_questions(path):
     if not isinstance(qs, list) or not qs:
         raise QuestionFileError(f"{path}: expected a top-level 'questions:' list")
     for n, q in enumerate(qs):
-        missing = [f for f in ("id", "question", "relevant") if not (isinstance(q, dict) and q.get(f))]
+        missing = [
+            f for f in ("id", "question", "relevant") if not (isinstance(q, dict) and q.get(f))
+        ]
         if missing:
             raise QuestionFileError(f"{path}: question {n + 1} lacks {', '.join(missing)}")
         if isinstance(q["relevant"], str):
@@ -76,7 +78,10 @@ def load_questions(path):
         for name in ("id", "question", "topic"):
             if not isinstance(q[name], str):
                 raise QuestionFileError(f"{where}: {name} must be a string")
-        if not (isinstance(q["relevant"], list) and all(isinstance(r, str) and r.strip() for r in q["relevant"])):
+        if not (
+            isinstance(q["relevant"], list)
+            and all(isinstance(r, str) and r.strip() for r in q["relevant"])
+        ):
             raise QuestionFileError(f"{where}: relevant must be a list of API names (strings)")
         _check_answer_fields(path, q)
     return qs
@@ -99,9 +104,17 @@ def _check_answer_fields(path, q):
         terms = f.get("terms") if isinstance(f, dict) else None
         if not (isinstance(f, dict) and isinstance(f.get("fact"), str) and f["fact"].strip()):
             raise QuestionFileError(f"{where}: answer_facts[{n}] needs a 'fact' string")
-        if not (isinstance(terms, list) and terms and all(
-                isinstance(g, list) and g and all(isinstance(t, str) and t.strip() for t in g) for g in terms)):
-            raise QuestionFileError(f"{where}: answer_facts[{n}].terms must be a list of non-empty lists of strings")
+        if not (
+            isinstance(terms, list)
+            and terms
+            and all(
+                isinstance(g, list) and g and all(isinstance(t, str) and t.strip() for t in g)
+                for g in terms
+            )
+        ):
+            raise QuestionFileError(
+                f"{where}: answer_facts[{n}].terms must be a list of non-empty lists of strings"
+            )
 
 
 def _norm(text):
@@ -135,23 +148,41 @@ def evaluate_answers(questions, output_fn):
         out = output_fn(q["question"])
         norm = _norm(answer_text(out))
         covered = [fact_covered(f, norm) for f in q["answer_facts"]]
-        rows.append({"id": q["id"], "topic": q["topic"], "kind": q.get("kind", "howto"),
-                     "question": q["question"], "chars": len(out), "output": out,
-                     "facts": [{"fact": f["fact"], "covered": c} for f, c in zip(q["answer_facts"], covered)]})
+        rows.append(
+            {
+                "id": q["id"],
+                "topic": q["topic"],
+                "kind": q.get("kind", "howto"),
+                "question": q["question"],
+                "chars": len(out),
+                "output": out,
+                "facts": [
+                    {"fact": f["fact"], "covered": c} for f, c in zip(q["answer_facts"], covered)
+                ],
+            }
+        )
     groups = {"overall": rows}
     for key in ("kind", "topic"):
         for row in rows:
             groups.setdefault(f"{key}:{row[key]}", []).append(row)
-    return {"questions": len(rows), "groups": {name: _answer_metrics(rs) for name, rs in groups.items()},
-            "rows": rows}
+    return {
+        "questions": len(rows),
+        "groups": {name: _answer_metrics(rs) for name, rs in groups.items()},
+        "rows": rows,
+    }
 
 
 def _answer_metrics(rows):
     facts = [f["covered"] for r in rows for f in r["facts"]]
-    return {"n": len(rows), "facts": len(facts),
-            "facts_stated": round(sum(facts) / (len(facts) or 1), 3),
-            "fully_answered": round(sum(all(f["covered"] for f in r["facts"]) for r in rows) / (len(rows) or 1), 3),
-            "max_chars": max((r["chars"] for r in rows), default=0)}
+    return {
+        "n": len(rows),
+        "facts": len(facts),
+        "facts_stated": round(sum(facts) / (len(facts) or 1), 3),
+        "fully_answered": round(
+            sum(all(f["covered"] for f in r["facts"]) for r in rows) / (len(rows) or 1), 3
+        ),
+        "max_chars": max((r["chars"] for r in rows), default=0),
+    }
 
 
 def format_answers(report, show_output=False):
@@ -175,7 +206,7 @@ class Judge:
     """Decides relevance by object identity, caching resolutions."""
 
     def __init__(self):
-        from . import apinames
+        from fsdp_skill import apinames
 
         self._api = apinames
         self._cache = {}
@@ -214,11 +245,17 @@ def evaluate(questions, search_fn, k=10, judge=None):
                 first = rank
                 break
             chars += len(r["text"])
-        rows.append({
-            "id": q["id"], "topic": q["topic"], "question": q["question"], "relevant": q["relevant"],
-            "first_relevant_rank": first, "chars_to_answer": chars,
-            "top": [r["objects"][:1] and r["objects"][0] or r["title"] for r in results[:3]],
-        })
+        rows.append(
+            {
+                "id": q["id"],
+                "topic": q["topic"],
+                "question": q["question"],
+                "relevant": q["relevant"],
+                "first_relevant_rank": first,
+                "chars_to_answer": chars,
+                "top": [r["objects"][:1] and r["objects"][0] or r["title"] for r in results[:3]],
+            }
+        )
     by_topic = defaultdict(list)
     for row in rows:
         by_topic[row["topic"]].append(row)
@@ -227,7 +264,9 @@ def evaluate(questions, search_fn, k=10, judge=None):
         "questions": len(rows),
         "overall": _metrics(rows),
         "topics": {t: _metrics(rs) for t, rs in sorted(by_topic.items())},
-        "misses": [r for r in rows if r["first_relevant_rank"] is None or r["first_relevant_rank"] > 5],
+        "misses": [
+            r for r in rows if r["first_relevant_rank"] is None or r["first_relevant_rank"] > 5
+        ],
         "rows": rows,
     }
 
@@ -236,9 +275,19 @@ def _metrics(rows):
     n = len(rows) or 1
     out = {"n": len(rows)}
     for k in K_VALUES:
-        out[f"recall@{k}"] = round(sum(1 for r in rows if r["first_relevant_rank"] and r["first_relevant_rank"] <= k) / n, 3)
-    out["mrr@10"] = round(sum(1 / r["first_relevant_rank"] for r in rows
-                              if r["first_relevant_rank"] and r["first_relevant_rank"] <= 10) / n, 3)
+        out[f"recall@{k}"] = round(
+            sum(1 for r in rows if r["first_relevant_rank"] and r["first_relevant_rank"] <= k) / n,
+            3,
+        )
+    out["mrr@10"] = round(
+        sum(
+            1 / r["first_relevant_rank"]
+            for r in rows
+            if r["first_relevant_rank"] and r["first_relevant_rank"] <= 10
+        )
+        / n,
+        3,
+    )
     chars = sorted(r["chars_to_answer"] for r in rows)
     out["median_chars_to_answer"] = chars[len(chars) // 2] if chars else 0
     return out
@@ -253,21 +302,34 @@ def format_report(report):
         lines += ["", "Misses (no relevant hit in the top 5):"]
         for r in report["misses"]:
             rank = r["first_relevant_rank"] or "-"
-            lines.append(f"- [{r['topic']}] {r['id']} (first relevant rank {rank}); wanted {', '.join(r['relevant'])}; "
-                         f"got {', '.join(r['top'])}")
+            lines.append(
+                f"- [{r['topic']}] {r['id']} (first relevant rank {rank}); wanted {', '.join(r['relevant'])}; "
+                f"got {', '.join(r['top'])}"
+            )
     return "\n".join(lines) + "\n"
 
 
 def main(argv=None):
-    p = OneLineParser(prog="fsdp-skill eval", description="Measure search quality on labelled questions.")
-    p.add_argument("--questions", required=True, help="YAML file: questions: [{id, question, relevant, topic, source}]")
+    p = OneLineParser(
+        prog="fsdp-skill eval", description="Measure search quality on labelled questions."
+    )
+    p.add_argument(
+        "--questions",
+        required=True,
+        help="YAML file: questions: [{id, question, relevant, topic, source}]",
+    )
     p.add_argument("--k", type=int, default=10, help="results considered per question (default 10)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--source", choices=("web", "docstring", "guide"), help="search one source only")
-    p.add_argument("--answers", action="store_true",
-                   help="measure answer coverage instead: the facts of each question's answer_facts "
-                        "stated in the default search output")
-    p.add_argument("--show-output", action="store_true", help="with --answers: print each output too")
+    p.add_argument(
+        "--answers",
+        action="store_true",
+        help="measure answer coverage instead: the facts of each question's answer_facts "
+        "stated in the default search output",
+    )
+    p.add_argument(
+        "--show-output", action="store_true", help="with --answers: print each output too"
+    )
     args = p.parse_args(argv)
     if args.k < 1:
         print("fsdp-skill eval: error: --k must be at least 1", file=sys.stderr)
@@ -277,7 +339,7 @@ def main(argv=None):
     except QuestionFileError as exc:
         print(f"fsdp-skill eval: error: {exc}", file=sys.stderr)
         return 1
-    from .search import SearchError, open_fresh, search
+    from fsdp_skill.search.engine import SearchError, open_fresh, search
 
     try:
         index = open_fresh()
@@ -286,11 +348,15 @@ def main(argv=None):
         return 1
     try:
         if args.answers:
-            from .search_cli import default_output
+            from fsdp_skill.search.cli import default_output
 
-            report = evaluate_answers(questions, lambda q: default_output(index, q, source=args.source))
+            report = evaluate_answers(
+                questions, lambda q: default_output(index, q, source=args.source)
+            )
         else:
-            report = evaluate(questions, lambda q: search(index, q, k=args.k, source=args.source), k=args.k)
+            report = evaluate(
+                questions, lambda q: search(index, q, k=args.k, source=args.source), k=args.k
+            )
     finally:
         index.close()
     if args.answers and not args.json:

@@ -2,8 +2,8 @@
 
 import os
 
-from . import paths
-from .index.store import Index, IndexError_
+from fsdp_skill import paths
+from fsdp_skill.index.store import Index, IndexError_
 
 # Version of the code that turns sources into pages, chunks and term weights. An index or
 # generated pages made by another version are rebuilt, never served. tests/core/

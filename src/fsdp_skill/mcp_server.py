@@ -116,7 +116,11 @@ async def _one_line_errors(ctx, call_next):
         return result
     try:
         # The chain hands back the wire form (a dict); a model is handled too.
-        is_error = result.get("isError") if isinstance(result, dict) else getattr(result, "is_error", False)
+        is_error = (
+            result.get("isError")
+            if isinstance(result, dict)
+            else getattr(result, "is_error", False)
+        )
         if is_error:
             blocks = result.get("content", []) if isinstance(result, dict) else result.content
             for block in blocks:
@@ -133,10 +137,10 @@ class Docs:
     """The skill's references and examples, with the search index opened once and kept open."""
 
     def __init__(self, root: str | None = None):
-        from . import paths
+        from fsdp_skill import paths
 
         self.root = root or paths.skill_root()
-        from .skill.bundle import TIMES_FILE, restore_times
+        from fsdp_skill.skill.bundle import TIMES_FILE, restore_times
 
         if os.path.exists(os.path.join(self.root, *TIMES_FILE.split("/"))):
             restore_times(self.root)  # an unzipped bundle: see skill/bundle.py
@@ -148,7 +152,7 @@ class Docs:
 
     def _open(self):
         """The open index, opening (and building, when missing or stale) it on first use."""
-        from .search import SearchError, open_fresh
+        from fsdp_skill.search.engine import SearchError, open_fresh
 
         if self._index is None:
             try:
@@ -170,8 +174,8 @@ class Docs:
 
     def _with_index(self, fn):
         """fn(index) under the lock; a corrupt index is discarded, rebuilt and asked again once."""
-        from .index.store import IndexError_
-        from .search import _discard
+        from fsdp_skill.index.store import IndexError_
+        from fsdp_skill.search.engine import _discard
 
         with self._lock:
             for attempt in (0, 1):
@@ -182,7 +186,9 @@ class Docs:
                     index.close()
                     self._index = None
                     if attempt:
-                        raise ToolFailure(f"{exc}; rebuild it with: fsdp-skill build --force") from None
+                        raise ToolFailure(
+                            f"{exc}; rebuild it with: fsdp-skill build --force"
+                        ) from None
                     _discard(index.path, self.root)
         raise AssertionError("unreachable")
 
@@ -194,31 +200,61 @@ class Docs:
 
     # -- search -------------------------------------------------------------------------
 
-    def search(self, query: str, k: int = 5, source: str | None = None, page: int = 1) -> dict[str, Any]:
+    def search(
+        self, query: str, k: int = 5, source: str | None = None, page: int = 1
+    ) -> dict[str, Any]:
         """What `fsdp-skill search QUERY --k K --source S --page P` prints, and its --json object."""
-        from .search import MAX_QUERY_CHARS, condense_query, search
-        from .search_cli import DEFAULTS, render_markdown
+        from fsdp_skill.search.cli import DEFAULTS, render_markdown
+        from fsdp_skill.search.engine import MAX_QUERY_CHARS, condense_query, search
 
         if not isinstance(query, str) or not query.strip():
-            raise ToolFailure("query is empty; pass the question, API name or error message to search for")
+            raise ToolFailure(
+                "query is empty; pass the question, API name or error message to search for"
+            )
         if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_K:
             raise ToolFailure(f"k must be a whole number from 1 to {MAX_K}, not {k!r}")
         if not isinstance(page, int) or isinstance(page, bool) or page < 1:
             raise ToolFailure(f"page must be a whole number of at least 1, not {page!r}")
         if source is not None and source not in SOURCES:
-            raise ToolFailure(f"source must be one of {', '.join(SOURCES)} (or omitted), not {source!r}")
+            raise ToolFailure(
+                f"source must be one of {', '.join(SOURCES)} (or omitted), not {source!r}"
+            )
         # As the CLI: undecodable text replaced, a pasted traceback reduced to its error lines.
-        query = condense_query(query.encode("utf-8", "replace").decode("utf-8").strip(), MAX_QUERY_CHARS)
+        query = condense_query(
+            query.encode("utf-8", "replace").decode("utf-8").strip(), MAX_QUERY_CHARS
+        )
 
         def run(index):
-            return search(index, query, k=k, page=page, source=source), index.header.get("torch_version", "")
+            return search(index, query, k=k, page=page, source=source), index.header.get(
+                "torch_version", ""
+            )
 
         results, version = self._with_index(run)
         markdown = render_markdown(query, results, DEFAULTS["max_chars"], page)
-        payload = {"query": query, "torch_version": version, "results": [
-            {"rank": r["rank"], "score": r["score"], **{f: r[f] for f in
-             ("id", "title", "breadcrumbs", "url", "objects", "source", "path", "text")}}
-            for r in results]}
+        payload = {
+            "query": query,
+            "torch_version": version,
+            "results": [
+                {
+                    "rank": r["rank"],
+                    "score": r["score"],
+                    **{
+                        f: r[f]
+                        for f in (
+                            "id",
+                            "title",
+                            "breadcrumbs",
+                            "url",
+                            "objects",
+                            "source",
+                            "path",
+                            "text",
+                        )
+                    },
+                }
+                for r in results
+            ],
+        }
         return {"markdown": markdown, "structured": payload}
 
     # -- read_reference -----------------------------------------------------------------
@@ -234,23 +270,42 @@ class Docs:
             prefix = doc["id"].rpartition(":")[0]
             this = (doc["source"], doc["page"], tuple(doc["breadcrumbs"]), prefix)
             if current is None or this != key:
-                current = {"id": doc["id"], "prefix": prefix, "anchor": prefix.partition("#")[2],
-                           "docs": [], "source": doc["source"], "page": doc["page"], "path": doc["path"],
-                           "url": doc["url"], "title": doc["title"], "breadcrumbs": doc["breadcrumbs"],
-                           "objects": doc["objects"], "torch_version": doc["torch_version"],
-                           "flags": doc["flags"]}
+                current = {
+                    "id": doc["id"],
+                    "prefix": prefix,
+                    "anchor": prefix.partition("#")[2],
+                    "docs": [],
+                    "source": doc["source"],
+                    "page": doc["page"],
+                    "path": doc["path"],
+                    "url": doc["url"],
+                    "title": doc["title"],
+                    "breadcrumbs": doc["breadcrumbs"],
+                    "objects": doc["objects"],
+                    "torch_version": doc["torch_version"],
+                    "flags": doc["flags"],
+                }
                 sections.append(current)
                 key = this
             current["docs"].append(n)
             by_chunk[doc["id"]] = current
-        table = {"sections": sections, "by_chunk": by_chunk, "by_prefix": {}, "by_path_anchor": {},
-                 "by_url": {}, "by_api": {}, "pages": {}}
+        table = {
+            "sections": sections,
+            "by_chunk": by_chunk,
+            "by_prefix": {},
+            "by_path_anchor": {},
+            "by_url": {},
+            "by_api": {},
+            "pages": {},
+        }
         for sec in sections:
             table["by_prefix"].setdefault(sec["prefix"], sec)
             table["by_path_anchor"].setdefault((sec["path"], sec["anchor"]), sec)
             table["by_url"].setdefault(sec["url"], sec)
             table["pages"].setdefault(sec["path"], []).append(sec)
-            for name in ([sec["anchor"]] if sec["anchor"].startswith("torch.") else []) + sec["objects"][:1]:
+            for name in ([sec["anchor"]] if sec["anchor"].startswith("torch.") else []) + sec[
+                "objects"
+            ][:1]:
                 # The API's own reference entry wins over a guide section about it, and the
                 # page search serves (a scraped page) over the docstring page it shadows.
                 rank = (sec["source"] == "guide", sec["flags"] == "shadowed")
@@ -270,11 +325,11 @@ class Docs:
         if first.startswith("```"):
             end = first.find("\n```", 3)
             if end >= 0:
-                signature = first[:end + 4]
+                signature = first[: end + 4]
         out = [first]
         for text in texts[1:]:
             if signature and text.startswith(signature + "\n\n"):
-                text = text[len(signature) + 2:]
+                text = text[len(signature) + 2 :]
             out.append(text)
         return "\n\n".join(t.strip("\n") for t in out)
 
@@ -288,7 +343,7 @@ class Docs:
         path = path.strip()
         path = path[2:] if path.startswith("./") else path
         root = self.root.rstrip("/") + "/"
-        path = path[len(root):] if path.startswith(root) else path
+        path = path[len(root) :] if path.startswith(root) else path
         if not sep and path in table["pages"]:
             return "page", table["pages"][path]
         if sep and (path, anchor) in table["by_path_anchor"]:
@@ -301,9 +356,17 @@ class Docs:
 
     def read(self, path_or_id: str, max_chars: int = 20000) -> dict[str, Any]:
         if not isinstance(path_or_id, str) or not path_or_id.strip():
-            raise ToolFailure("path_or_id is empty; pass a search_docs hit's id, or its path#anchor")
-        if not isinstance(max_chars, int) or isinstance(max_chars, bool) or not 500 <= max_chars <= MAX_READ_CHARS:
-            raise ToolFailure(f"max_chars must be a whole number from 500 to {MAX_READ_CHARS}, not {max_chars!r}")
+            raise ToolFailure(
+                "path_or_id is empty; pass a search_docs hit's id, or its path#anchor"
+            )
+        if (
+            not isinstance(max_chars, int)
+            or isinstance(max_chars, bool)
+            or not 500 <= max_chars <= MAX_READ_CHARS
+        ):
+            raise ToolFailure(
+                f"max_chars must be a whole number from 500 to {MAX_READ_CHARS}, not {max_chars!r}"
+            )
         ref = path_or_id.strip()
 
         def run(index):
@@ -318,26 +381,37 @@ class Docs:
                 text = self._section_text(index, sec)
                 if kind == "page":
                     depth = min(len(sec["breadcrumbs"]) + 1, 6)
-                    text = f"{'#' * depth} {sec['title']}\n\n{text}" if len(sec["breadcrumbs"]) > 1 else text
+                    text = (
+                        f"{'#' * depth} {sec['title']}\n\n{text}"
+                        if len(sec["breadcrumbs"]) > 1
+                        else text
+                    )
                 parts.append(text)
                 shown.append(sec)
             return kind, sections, parts, index.header.get("torch_version", "")
 
         kind, sections, parts, version = self._with_index(run)
         first = sections[0]
-        crumbs = " > ".join(_crumbs(first["breadcrumbs"][:1] if kind == "page" else first["breadcrumbs"]))
-        head = f"# {crumbs}\nSource: {first['url'].partition('#')[0] if kind == 'page' else first['url']} " \
-               f"(torch {first['torch_version']})"
+        crumbs = " > ".join(
+            _crumbs(first["breadcrumbs"][:1] if kind == "page" else first["breadcrumbs"])
+        )
+        head = (
+            f"# {crumbs}\nSource: {first['url'].partition('#')[0] if kind == 'page' else first['url']} "
+            f"(torch {first['torch_version']})"
+        )
         if kind == "section" and first["objects"]:
             head += "\nAPI: " + ", ".join(f"`{o}`" for o in first["objects"][:8])
-        head += f"\nPath: {first['path']}" + (f"#{first['anchor']}" if kind == "section" and first["anchor"] else "")
+        head += f"\nPath: {first['path']}" + (
+            f"#{first['anchor']}" if kind == "section" and first["anchor"] else ""
+        )
         body = "\n\n".join(parts)
         truncated = len(body) > max_chars
         if truncated:
-            from .search_cli import _truncate
+            from fsdp_skill.search.cli import _truncate
 
             body = _truncate(body, max_chars) + (
-                f"\n\n[... cut at max_chars={max_chars}; read one section with path#anchor, or raise max_chars]")
+                f"\n\n[... cut at max_chars={max_chars}; read one section with path#anchor, or raise max_chars]"
+            )
         markdown = f"{head}\n\n{body}\n"
         structured = {
             "kind": kind,
@@ -353,8 +427,12 @@ class Docs:
             "index_torch_version": version,
             "truncated": truncated,
             "text": body,
-            "sections": [{"id": s["id"], "title": s["title"], "anchor": s["anchor"], "url": s["url"]}
-                         for s in sections] if kind == "page" else [],
+            "sections": [
+                {"id": s["id"], "title": s["title"], "anchor": s["anchor"], "url": s["url"]}
+                for s in sections
+            ]
+            if kind == "page"
+            else [],
         }
         return {"markdown": markdown, "structured": structured}
 
@@ -362,10 +440,15 @@ class Docs:
     def _not_found(table, ref):
         import difflib
 
-        keys = list(table["by_chunk"]) + [f"{p}#{a}" if a else p for p, a in table["by_path_anchor"]]
+        keys = list(table["by_chunk"]) + [
+            f"{p}#{a}" if a else p for p, a in table["by_path_anchor"]
+        ]
         close = difflib.get_close_matches(ref, keys, n=3, cutoff=0.6)
-        hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else \
-            "; pass a search_docs hit's id (e.g. 'guide:fsdp2-quickstart#...:0') or path#anchor"
+        hint = (
+            f"; did you mean {', '.join(repr(c) for c in close)}?"
+            if close
+            else "; pass a search_docs hit's id (e.g. 'guide:fsdp2-quickstart#...:0') or path#anchor"
+        )
         return f"no reference section {ref[:200]!r}{hint}"
 
     # -- examples -----------------------------------------------------------------------
@@ -391,26 +474,36 @@ class Docs:
 
     def example(self, name: str) -> dict[str, Any]:
         if not isinstance(name, str) or not name.strip():
-            raise ToolFailure("name is empty; pass a script name from list_examples, e.g. 'fsdp2_train'")
+            raise ToolFailure(
+                "name is empty; pass a script name from list_examples, e.g. 'fsdp2_train'"
+            )
         wanted = name.strip()
-        wanted = wanted[len("scripts/"):] if wanted.startswith("scripts/") else wanted
+        wanted = wanted[len("scripts/") :] if wanted.startswith("scripts/") else wanted
         wanted = wanted[:-3] if wanted.endswith(".py") else wanted
         examples = {e["name"]: e for e in self.examples()}
         info = examples.get(wanted)
         if info is None:
-            raise ToolFailure(f"no example {name[:100]!r}; choose one of {', '.join(sorted(examples))}")
+            raise ToolFailure(
+                f"no example {name[:100]!r}; choose one of {', '.join(sorted(examples))}"
+            )
         path = Path(self.root) / info["path"]
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            raise ToolFailure(f"cannot read {info['path']}: {getattr(exc, 'strerror', None) or exc}") from None
+            raise ToolFailure(
+                f"cannot read {info['path']}: {getattr(exc, 'strerror', None) or exc}"
+            ) from None
         return dict(info, text=text)
 
 
 def _crumbs(trail):
     """Breadcrumbs without repeats: an API entry under a page of the same name, or a method
     under its class (`DDP` > `DDP.no_sync`), shows the longer name only."""
-    return [c for c, nxt in zip(trail, list(trail[1:]) + [""]) if c != nxt and not nxt.startswith(c + ".")]
+    return [
+        c
+        for c, nxt in zip(trail, list(trail[1:]) + [""])
+        if c != nxt and not nxt.startswith(c + ".")
+    ]
 
 
 def _describe_script(path: Path, root: str) -> dict[str, Any]:
@@ -442,23 +535,34 @@ def _describe_script(path: Path, root: str) -> dict[str, Any]:
         local = {p.stem for p in path.parent.glob("_*.py")}
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
-                helpers.update(a.name.split(".")[0] for a in node.names if a.name.split(".")[0] in local)
+                helpers.update(
+                    a.name.split(".")[0] for a in node.names if a.name.split(".")[0] in local
+                )
             elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
                 if node.module.split(".")[0] in local:
                     helpers.add(node.module.split(".")[0])
-    rel = path.relative_to(root).as_posix() if str(path).startswith(str(root)) else f"scripts/{path.name}"
+    rel = (
+        path.relative_to(root).as_posix()
+        if str(path).startswith(str(root))
+        else f"scripts/{path.name}"
+    )
     return {
         "name": path.stem,
         "path": rel,
         "summary": doc.strip().splitlines()[0] if doc.strip() else "",
-        "torchrun": next((c for c in commands if c.startswith("torchrun ")), f"torchrun --nproc-per-node 2 {rel}"),
+        "torchrun": next(
+            (c for c in commands if c.startswith("torchrun ")), f"torchrun --nproc-per-node 2 {rel}"
+        ),
         "commands": commands,
         "requires": sorted(f"scripts/{h}.py" for h in helpers),
     }
 
 
 def _examples_markdown(examples):
-    lines = [f"{len(examples)} runnable examples (call get_example with a name for the script and its command):", ""]
+    lines = [
+        f"{len(examples)} runnable examples (call get_example with a name for the script and its command):",
+        "",
+    ]
     for e in examples:
         lines.append(f"- `{e['name']}`: {e['summary']}\n  Run: `{e['torchrun']}`")
     return "\n".join(lines) + "\n"
@@ -468,7 +572,12 @@ def _example_markdown(e):
     out = [f"# {e['path']}", e["summary"], "", "Run:"]
     out += [f"    {c}" for c in e["commands"] or [e["torchrun"]]]
     if e["requires"]:
-        out += ["", "Imports " + ", ".join(f"`{r}`" for r in e["requires"]) + ": copy it next to the script."]
+        out += [
+            "",
+            "Imports "
+            + ", ".join(f"`{r}`" for r in e["requires"])
+            + ": copy it next to the script.",
+        ]
     out += ["", "```python", e["text"].rstrip("\n"), "```", ""]
     return "\n".join(out)
 
@@ -480,13 +589,20 @@ def build_server(root: str | None = None, warm: bool = True):
     from mcp_types import CallToolResult, TextContent, ToolAnnotations
     from pydantic import Field
 
-    from . import __version__
+    from fsdp_skill import __version__
 
     docs = Docs(root)
-    server = MCPServer(SERVER_NAME, title="PyTorch FSDP / torch.distributed docs", version=__version__,
-                       instructions=INSTRUCTIONS, log_level="WARNING", middleware=[_one_line_errors])
-    read_only = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True,
-                                open_world_hint=False)
+    server = MCPServer(
+        SERVER_NAME,
+        title="PyTorch FSDP / torch.distributed docs",
+        version=__version__,
+        instructions=INSTRUCTIONS,
+        log_level="WARNING",
+        middleware=[_one_line_errors],
+    )
+    read_only = ToolAnnotations(
+        read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+    )
 
     def answer(fn, *args):
         """Run a tool body: a result with text and structured content, or an MCP error result."""
@@ -496,23 +612,36 @@ def build_server(root: str | None = None, warm: bool = True):
             raise ToolError(_one_line(exc)) from None
         except Exception as exc:  # noqa: BLE001 - never a traceback, never a dead server
             raise ToolError(f"{type(exc).__name__}: {_one_line(exc)}") from None
-        return CallToolResult(content=[TextContent(type="text", text=out["markdown"])],
-                              structured_content=out["structured"])
+        return CallToolResult(
+            content=[TextContent(type="text", text=out["markdown"])],
+            structured_content=out["structured"],
+        )
 
     @server.tool(description=SEARCH_DESCRIPTION, annotations=read_only)
     def search_docs(
-        query: Annotated[str, Field(description="The question, API name, or pasted error message / traceback.")],
+        query: Annotated[
+            str, Field(description="The question, API name, or pasted error message / traceback.")
+        ],
         k: Annotated[int, Field(ge=1, le=MAX_K, description="How many hits.")] = 5,
-        source: Annotated[Literal["guide", "docstring", "web"] | None,
-                          Field(description="Only guides, API docstrings or scraped docs pages; omit for all.")] = None,
-        page: Annotated[int, Field(ge=1, description="Result page, 1-based: page 2 gives hits k+1..2k.")] = 1,
+        source: Annotated[
+            Literal["guide", "docstring", "web"] | None,
+            Field(description="Only guides, API docstrings or scraped docs pages; omit for all."),
+        ] = None,
+        page: Annotated[
+            int, Field(ge=1, description="Result page, 1-based: page 2 gives hits k+1..2k.")
+        ] = 1,
     ) -> CallToolResult:
         return answer(docs.search, query, k, source, page)
 
     @server.tool(description=READ_DESCRIPTION, annotations=read_only)
     def read_reference(
-        path_or_id: Annotated[str, Field(description="A search hit's id, path#anchor or url, or a qualified API name.")],
-        max_chars: Annotated[int, Field(ge=500, le=MAX_READ_CHARS, description="Cap on the text returned.")] = 20000,
+        path_or_id: Annotated[
+            str,
+            Field(description="A search hit's id, path#anchor or url, or a qualified API name."),
+        ],
+        max_chars: Annotated[
+            int, Field(ge=500, le=MAX_READ_CHARS, description="Cap on the text returned.")
+        ] = 20000,
     ) -> CallToolResult:
         return answer(docs.read, path_or_id, max_chars)
 
@@ -526,7 +655,9 @@ def build_server(root: str | None = None, warm: bool = True):
 
     @server.tool(description=GET_EXAMPLE_DESCRIPTION, annotations=read_only)
     def get_example(
-        name: Annotated[str, Field(description="Script name from list_examples, e.g. 'fsdp2_train'.")],
+        name: Annotated[
+            str, Field(description="Script name from list_examples, e.g. 'fsdp2_train'.")
+        ],
     ) -> CallToolResult:
         def run():
             e = docs.example(name)
@@ -564,11 +695,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import mcp.server.mcpserver  # noqa: F401
     except ImportError:
-        print("fsdp-skill mcp: error: the MCP server needs the MCP Python SDK: "
-              f"{sys.executable} -m pip install 'mcp>=2,<3'", file=sys.stderr)
+        print(
+            "fsdp-skill mcp: error: the MCP server needs the MCP Python SDK: "
+            f"{sys.executable} -m pip install 'mcp>=2,<3'",
+            file=sys.stderr,
+        )
         return 1
     if sys.stdin is None or sys.stdout is None:
-        print("fsdp-skill mcp: error: needs stdin and stdout (it speaks MCP over them)", file=sys.stderr)
+        print(
+            "fsdp-skill mcp: error: needs stdin and stdout (it speaks MCP over them)",
+            file=sys.stderr,
+        )
         return 1
     server = None
     try:

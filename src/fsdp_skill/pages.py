@@ -24,12 +24,14 @@ def read_page(path):
     try:
         meta = yaml.safe_load(text[4:end]) or {}
     except yaml.YAMLError as exc:
-        raise PageError(f"{path}: front matter is not valid YAML ({exc.__class__.__name__})") from None
+        raise PageError(
+            f"{path}: front matter is not valid YAML ({exc.__class__.__name__})"
+        ) from None
     missing = [k for k in REQUIRED if not meta.get(k)]
     if missing:
         raise PageError(f"{path}: front matter lacks {', '.join(missing)}")
     meta["torch_version"] = str(meta["torch_version"])
-    return meta, text[end + 5:]
+    return meta, text[end + 5 :]
 
 
 def public_mode(path, directory=False):

@@ -60,8 +60,10 @@ def data_dir(root=None):
     if env:
         return os.path.abspath(env)
     refs = references_dir(root)
-    if _writable(refs) or (os.path.isfile(os.path.join(refs, "index", INDEX_FILE))
-                           and os.path.abspath(root or skill_root()) not in _SHIPPED_STALE):
+    if _writable(refs) or (
+        os.path.isfile(os.path.join(refs, "index", INDEX_FILE))
+        and os.path.abspath(root or skill_root()) not in _SHIPPED_STALE
+    ):
         # A read-only install that ships its index serves it while it is fresh.
         return refs
     return cache_data_dir(root)
@@ -114,7 +116,7 @@ def installed_torch_version():
             continue
         for name in names:
             if name.startswith("torch-") and name.endswith(".dist-info"):
-                return name[len("torch-"):-len(".dist-info")]
+                return name[len("torch-") : -len(".dist-info")]
     return None
 
 

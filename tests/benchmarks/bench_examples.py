@@ -131,10 +131,20 @@ def count_params(args) -> tuple[int, int]:
     import torch
 
     with torch.device("meta"):
-        m = common.ToyTransformer(vocab=args.vocab, dim=args.dim, n_heads=args.heads,
-                                  n_layers=args.layers, max_seq=args.seq)
+        m = common.ToyTransformer(
+            vocab=args.vocab,
+            dim=args.dim,
+            n_heads=args.heads,
+            n_layers=args.layers,
+            max_seq=args.seq,
+        )
     n = sum(p.numel() for p in m.parameters())
-    emb = sum(p.numel() for mod in m.modules() if isinstance(mod, torch.nn.Embedding) for p in mod.parameters())
+    emb = sum(
+        p.numel()
+        for mod in m.modules()
+        if isinstance(mod, torch.nn.Embedding)
+        for p in mod.parameters()
+    )
     return n, n - emb
 
 
@@ -146,12 +156,18 @@ def kinds_for(device: str, asked: list[str] | None) -> list[str]:
 
 
 def environment(torch, cuda: bool, device) -> dict:
-    env = {"torch": torch.__version__, "cuda": torch.version.cuda,
-           "device_name": torch.cuda.get_device_name(device) if cuda else "cpu"}
+    env = {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "device_name": torch.cuda.get_device_name(device) if cuda else "cpu",
+    }
     if cuda:
         props = torch.cuda.get_device_properties(device)
-        env.update(nccl=".".join(map(str, torch.cuda.nccl.version())),
-                   total_memory_bytes=props.total_memory, sm_count=props.multi_processor_count)
+        env.update(
+            nccl=".".join(map(str, torch.cuda.nccl.version())),
+            total_memory_bytes=props.total_memory,
+            sm_count=props.multi_processor_count,
+        )
     return env
 
 
@@ -178,8 +194,13 @@ def worker(args) -> None:
             wrapper, method, ac, reshard, offload, compiled, _ = KINDS[kind]
             # Built on meta, wrapped, then materialised: FSDP2 allocates only its shards.
             with torch.device("meta"):
-                model = common.ToyTransformer(vocab=args.vocab, dim=args.dim, n_heads=args.heads,
-                                              n_layers=args.layers, max_seq=args.seq)
+                model = common.ToyTransformer(
+                    vocab=args.vocab,
+                    dim=args.dim,
+                    n_heads=args.heads,
+                    n_layers=args.layers,
+                    max_seq=args.seq,
+                )
             if wrapper == "fsdp2":
                 if ac:
                     fsdp2_train.apply_ac(model)
@@ -187,17 +208,29 @@ def worker(args) -> None:
                     # torchtitan's order: AC, then compile per block, then fully_shard.
                     for name, block in model.layers.named_children():
                         model.layers.register_module(name, torch.compile(block))
-                mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-                      if method == "policy" and bf16 else MixedPrecisionPolicy())
-                fsdp2_train.apply_fsdp(model, mesh, mp, CPUOffloadPolicy(pin_memory=True) if offload
-                                       else OffloadPolicy(), reshard)
+                mp = (
+                    MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+                    if method == "policy" and bf16
+                    else MixedPrecisionPolicy()
+                )
+                fsdp2_train.apply_fsdp(
+                    model,
+                    mesh,
+                    mp,
+                    CPUOffloadPolicy(pin_memory=True) if offload else OffloadPolicy(),
+                    reshard,
+                )
                 if ac:
                     fsdp2_train.apply_prefetch(model)
             fsdp2_train.materialize(model, d.device, offload)
             model.init_weights(args.seed)
             if wrapper == "ddp":
                 # Bucket views: no second copy of the gradients (which would inflate DDP's memory).
-                model = DDP(model, device_ids=[d.device.index] if cuda else None, gradient_as_bucket_view=True)
+                model = DDP(
+                    model,
+                    device_ids=[d.device.index] if cuda else None,
+                    gradient_as_bucket_view=True,
+                )
             return model
 
         def sync():
@@ -224,8 +257,12 @@ def worker(args) -> None:
                 torch.cuda.reset_peak_memory_stats(d.device)
 
             def step(i):
-                x, y = (t.to(d.device, non_blocking=True) for t in common.token_batch(
-                    args.seed, d.rank, i, args.batch_size, vocab=args.vocab, seq=args.seq))
+                x, y = (
+                    t.to(d.device, non_blocking=True)
+                    for t in common.token_batch(
+                        args.seed, d.rank, i, args.batch_size, vocab=args.vocab, seq=args.seq
+                    )
+                )
                 with precision_context(kind):
                     logits = model(x)
                 common.lm_loss(logits, y).backward()
@@ -246,22 +283,41 @@ def worker(args) -> None:
                 step(i)
             sync()
             # On the device: NCCL has no CPU tensors. MAX: a step is as slow as its slowest rank.
-            timing = torch.tensor([(time.perf_counter() - t0) / args.steps, first], dtype=torch.float64,
-                                  device=d.device)
+            timing = torch.tensor(
+                [(time.perf_counter() - t0) / args.steps, first],
+                dtype=torch.float64,
+                device=d.device,
+            )
             dist.all_reduce(timing, op=dist.ReduceOp.MAX)
             step_s, first_s = timing.tolist()
             mem = {"peak_allocated_bytes": None, "peak_reserved_bytes": None, "alloc_retries": None}
             if cuda:
                 stats = torch.cuda.memory_stats(d.device)
-                m = torch.tensor([torch.cuda.max_memory_allocated(d.device), torch.cuda.max_memory_reserved(d.device),
-                                  stats.get("num_alloc_retries", 0)], dtype=torch.float64, device=d.device)
+                m = torch.tensor(
+                    [
+                        torch.cuda.max_memory_allocated(d.device),
+                        torch.cuda.max_memory_reserved(d.device),
+                        stats.get("num_alloc_retries", 0),
+                    ],
+                    dtype=torch.float64,
+                    device=d.device,
+                )
                 dist.all_reduce(m, op=dist.ReduceOp.MAX)
                 mem = dict(zip(mem, (int(v) for v in m.tolist())))
             tokens_per_s = global_tokens / step_s
-            mfu = (tokens_per_s * fpt / (args.peak_tflops * 1e12 * d.world_size)
-                   if args.peak_tflops else None)
-            return {"step_s": step_s, "first_step_s": first_s, "build_s": build_s,
-                    "tokens_per_s": tokens_per_s, "mfu": mfu, **mem}
+            mfu = (
+                tokens_per_s * fpt / (args.peak_tflops * 1e12 * d.world_size)
+                if args.peak_tflops
+                else None
+            )
+            return {
+                "step_s": step_s,
+                "first_step_s": first_s,
+                "build_s": build_s,
+                "tokens_per_s": tokens_per_s,
+                "mfu": mfu,
+                **mem,
+            }
 
         for kind in args.kinds:
             if KINDS[kind][0] == "plain" and d.world_size > 1:
@@ -274,12 +330,25 @@ def worker(args) -> None:
             if cuda:
                 torch.cuda.empty_cache()
         if d.is_main:
-            print("BENCH " + json.dumps({
-                "world_size": d.world_size, "device": d.device.type, "backend": d.pg_backend,
-                "precision": "bf16" if bf16 else "fp32", "environment": environment(torch, cuda, d.device),
-                "n_params": n_params, "n_params_non_embedding": n_non_emb,
-                "global_batch_tokens": global_tokens, "flops_per_token": fpt,
-                "peak_tflops": args.peak_tflops, "results": results}), flush=True)
+            print(
+                "BENCH "
+                + json.dumps(
+                    {
+                        "world_size": d.world_size,
+                        "device": d.device.type,
+                        "backend": d.pg_backend,
+                        "precision": "bf16" if bf16 else "fp32",
+                        "environment": environment(torch, cuda, d.device),
+                        "n_params": n_params,
+                        "n_params_non_embedding": n_non_emb,
+                        "global_batch_tokens": global_tokens,
+                        "flops_per_token": fpt,
+                        "peak_tflops": args.peak_tflops,
+                        "results": results,
+                    }
+                ),
+                flush=True,
+            )
 
 
 def resolve_device(arg: str) -> str:
@@ -288,7 +357,9 @@ def resolve_device(arg: str) -> str:
         return arg.split(":")[0]
     import torch
 
-    return torch.accelerator.current_accelerator().type if torch.accelerator.is_available() else "cpu"
+    return (
+        torch.accelerator.current_accelerator().type if torch.accelerator.is_available() else "cpu"
+    )
 
 
 def gpu_info() -> tuple[str | None, int]:
@@ -297,7 +368,9 @@ def gpu_info() -> tuple[str | None, int]:
     Asked in a child process, so the driver never holds a CUDA context on GPU 0.
     """
     code = "import torch; n = torch.cuda.device_count(); print(n); print(torch.cuda.get_device_name(0) if n else '')"
-    out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120
+    )
     lines = out.stdout.split("\n")
     if out.returncode or not lines[0].strip().isdigit() or int(lines[0]) == 0:
         return None, 0
@@ -308,7 +381,10 @@ def _cause(stderr: str) -> str:
     """The workers' first exception line, not torchrun's closing banner."""
     lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
     for ln in lines:
-        if re.match(r"^(\[rank\d+\]:\s*)?[\w.]*(Error|Exception)\b.*: ", ln) and "ChildFailedError" not in ln:
+        if (
+            re.match(r"^(\[rank\d+\]:\s*)?[\w.]*(Error|Exception)\b.*: ", ln)
+            and "ChildFailedError" not in ln
+        ):
             return ln
     return next((ln for ln in reversed(lines) if set(ln) - set("=-")), "no output")
 
@@ -327,9 +403,12 @@ def print_rows(r: dict, kinds: list[str]) -> None:
             continue
         mfu = f"{m['mfu'] * 100:.1f}" if m["mfu"] is not None else "-"
         vs = f"{m['step_s'] / base['step_s']:.2f}" if base else "-"
-        print(f"{r['world_size']:>5} {kind:>16} {m['step_s'] * 1e3:>9.1f} {m['first_step_s']:>8.2f} "
-              f"{m['tokens_per_s']:>12,.0f} {_gib(m['peak_allocated_bytes']):>9} "
-              f"{_gib(m['peak_reserved_bytes']):>9} {mfu:>6} {vs:>7}", flush=True)
+        print(
+            f"{r['world_size']:>5} {kind:>16} {m['step_s'] * 1e3:>9.1f} {m['first_step_s']:>8.2f} "
+            f"{m['tokens_per_s']:>12,.0f} {_gib(m['peak_allocated_bytes']):>9} "
+            f"{_gib(m['peak_reserved_bytes']):>9} {mfu:>6} {vs:>7}",
+            flush=True,
+        )
 
 
 def driver(args, p: argparse.ArgumentParser) -> int:
@@ -348,38 +427,88 @@ def driver(args, p: argparse.ArgumentParser) -> int:
         if args.peak_tflops is None:
             args.peak_tflops = peak_tflops_for(name)
             if args.peak_tflops is None:
-                print(f"note: no bf16 peak known for GPU {name!r}: no MFU (pass --peak-tflops)", file=sys.stderr)
+                print(
+                    f"note: no bf16 peak known for GPU {name!r}: no MFU (pass --peak-tflops)",
+                    file=sys.stderr,
+                )
     kinds = kinds_for(device, args.kinds)
     n_params, n_non_emb = count_params(args)
-    worker_args = ["--device", args.device, "--backend", args.backend, "--precision", args.precision,
-                   "--dim", str(args.dim), "--layers", str(args.layers), "--heads", str(args.heads),
-                   "--vocab", str(args.vocab), "--seq", str(args.seq),
-                   "--batch-size", str(args.batch_size), "--steps", str(args.steps),
-                   "--warmup", str(args.warmup), "--seed", str(args.seed),
-                   "--timeout-s", str(args.timeout_s), "--kinds", *kinds]
+    worker_args = [
+        "--device",
+        args.device,
+        "--backend",
+        args.backend,
+        "--precision",
+        args.precision,
+        "--dim",
+        str(args.dim),
+        "--layers",
+        str(args.layers),
+        "--heads",
+        str(args.heads),
+        "--vocab",
+        str(args.vocab),
+        "--seq",
+        str(args.seq),
+        "--batch-size",
+        str(args.batch_size),
+        "--steps",
+        str(args.steps),
+        "--warmup",
+        str(args.warmup),
+        "--seed",
+        str(args.seed),
+        "--timeout-s",
+        str(args.timeout_s),
+        "--kinds",
+        *kinds,
+    ]
     if args.peak_tflops is not None:
         worker_args += ["--peak-tflops", repr(args.peak_tflops)]
     fpt = flops_per_token(n_non_emb, args.layers, args.dim, args.seq)
-    print(f"model: preset={args.preset} dim={args.dim} layers={args.layers} heads={args.heads} "
-          f"vocab={args.vocab} seq={args.seq} batch/rank={args.batch_size}; "
-          f"params={n_params:,} (non-embedding {n_non_emb:,}); {'bf16' if bf16 else 'fp32'}; "
-          f"mean of {args.steps} steps after {args.warmup} warm-up; OMP_NUM_THREADS={env.get('OMP_NUM_THREADS', '-')}")
-    print(f"MFU: model FLOPs/token = 6*N(non-embedding) + 12*L*d*s = {fpt:.4g} "
-          f"(6*N with embeddings: {6.0 * n_params + 12.0 * args.layers * args.dim * args.seq:.4g}); peak "
-          + (f"{args.peak_tflops:g} TFLOP/s per device" if args.peak_tflops else "n/a (no MFU)"))
-    print(f"{'world':>5} {'kind':>16} {'step ms':>9} {'first s':>8} {'tokens/s':>12} {'alloc GiB':>9} "
-          f"{'resv GiB':>9} {'MFU %':>6} {'vs base':>7}", flush=True)
+    print(
+        f"model: preset={args.preset} dim={args.dim} layers={args.layers} heads={args.heads} "
+        f"vocab={args.vocab} seq={args.seq} batch/rank={args.batch_size}; "
+        f"params={n_params:,} (non-embedding {n_non_emb:,}); {'bf16' if bf16 else 'fp32'}; "
+        f"mean of {args.steps} steps after {args.warmup} warm-up; OMP_NUM_THREADS={env.get('OMP_NUM_THREADS', '-')}"
+    )
+    print(
+        f"MFU: model FLOPs/token = 6*N(non-embedding) + 12*L*d*s = {fpt:.4g} "
+        f"(6*N with embeddings: {6.0 * n_params + 12.0 * args.layers * args.dim * args.seq:.4g}); peak "
+        + (f"{args.peak_tflops:g} TFLOP/s per device" if args.peak_tflops else "n/a (no MFU)")
+    )
+    print(
+        f"{'world':>5} {'kind':>16} {'step ms':>9} {'first s':>8} {'tokens/s':>12} {'alloc GiB':>9} "
+        f"{'resv GiB':>9} {'MFU %':>6} {'vs base':>7}",
+        flush=True,
+    )
     rows, skipped, failed = [], [], []
     for world in args.worlds:
         if visible is not None and world > visible:
-            skipped.append({"world_size": world, "reason": f"needs {world} GPUs, {visible} visible"})
+            skipped.append(
+                {"world_size": world, "reason": f"needs {world} GPUs, {visible} visible"}
+            )
             print(f"{world:>5} {'(skipped)':>16} needs {world} GPUs, {visible} visible", flush=True)
             continue
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}",
-               __file__, "--worker", *worker_args]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={world}",
+            __file__,
+            "--worker",
+            *worker_args,
+        ]
         try:
-            out = subprocess.run(cmd, env=env, check=False, capture_output=True, text=True,
-                                 timeout=args.launch_timeout)
+            out = subprocess.run(
+                cmd,
+                env=env,
+                check=False,
+                capture_output=True,
+                text=True,
+                timeout=args.launch_timeout,
+            )
             line = next((ln for ln in out.stdout.splitlines() if ln.startswith("BENCH ")), None)
             cause = _cause(out.stderr) if out.returncode or line is None else None
         except subprocess.TimeoutExpired:
@@ -390,14 +519,29 @@ def driver(args, p: argparse.ArgumentParser) -> int:
             continue
         rows.append(json.loads(line[6:]))
         print_rows(rows[-1], kinds)
-    record = {"benchmark": "fsdp2_examples",
-              "config": {"preset": args.preset, "dim": args.dim, "layers": args.layers,
-                         "heads": args.heads, "vocab": args.vocab, "seq": args.seq,
-                         "batch_size_per_rank": args.batch_size, "steps": args.steps,
-                         "warmup": args.warmup, "precision": "bf16" if bf16 else "fp32",
-                         "n_params": n_params, "n_params_non_embedding": n_non_emb,
-                         "flops_per_token": fpt, "peak_tflops": args.peak_tflops, "kinds": kinds},
-              "rows": rows, "skipped": skipped, "failed": failed}
+    record = {
+        "benchmark": "fsdp2_examples",
+        "config": {
+            "preset": args.preset,
+            "dim": args.dim,
+            "layers": args.layers,
+            "heads": args.heads,
+            "vocab": args.vocab,
+            "seq": args.seq,
+            "batch_size_per_rank": args.batch_size,
+            "steps": args.steps,
+            "warmup": args.warmup,
+            "precision": "bf16" if bf16 else "fp32",
+            "n_params": n_params,
+            "n_params_non_embedding": n_non_emb,
+            "flops_per_token": fpt,
+            "peak_tflops": args.peak_tflops,
+            "kinds": kinds,
+        },
+        "rows": rows,
+        "skipped": skipped,
+        "failed": failed,
+    }
     print(json.dumps(record))
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(record, indent=1))
@@ -406,26 +550,44 @@ def driver(args, p: argparse.ArgumentParser) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     p.add_argument("--worlds", type=int, nargs="+", default=[1, 2])
     p.add_argument("--device", default="auto")
     p.add_argument("--backend", default="auto")
-    p.add_argument("--preset", choices=sorted(PRESETS), default="small",
-                   help="model size; explicit --dim/--layers/--heads/--vocab/--seq/--batch-size win")
+    p.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        default="small",
+        help="model size; explicit --dim/--layers/--heads/--vocab/--seq/--batch-size win",
+    )
     p.add_argument("--dim", type=int, default=None, help="default: the preset's")
     p.add_argument("--layers", type=int, default=None, help="default: the preset's")
     p.add_argument("--heads", type=int, default=None, help="default: the preset's")
     p.add_argument("--vocab", type=int, default=None, help="default: the preset's")
     p.add_argument("--seq", type=int, default=None, help="default: the preset's")
     p.add_argument("--batch-size", type=int, default=None, help="per rank; default: the preset's")
-    p.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto",
-                   help="auto: bf16 on CUDA, fp32 elsewhere (the fp32/tf32 rows stay fp32)")
-    p.add_argument("--peak-tflops", type=float, default=None,
-                   help="peak TFLOP/s per device for MFU; default on CUDA: looked up from "
-                        "the GPU's name (H100/H200 SXM 989, A100 312); on CPU: no MFU")
-    p.add_argument("--kinds", nargs="+", choices=list(KINDS), default=None,
-                   help="rows to time (default: all that the device supports)")
+    p.add_argument(
+        "--precision",
+        choices=("auto", "bf16", "fp32"),
+        default="auto",
+        help="auto: bf16 on CUDA, fp32 elsewhere (the fp32/tf32 rows stay fp32)",
+    )
+    p.add_argument(
+        "--peak-tflops",
+        type=float,
+        default=None,
+        help="peak TFLOP/s per device for MFU; default on CUDA: looked up from "
+        "the GPU's name (H100/H200 SXM 989, A100 312); on CPU: no MFU",
+    )
+    p.add_argument(
+        "--kinds",
+        nargs="+",
+        choices=list(KINDS),
+        default=None,
+        help="rows to time (default: all that the device supports)",
+    )
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)

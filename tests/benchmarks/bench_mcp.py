@@ -31,7 +31,9 @@ def questions(n):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--calls", type=int, default=50)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
@@ -45,8 +47,9 @@ def main():
     qs = questions(args.calls)
     env = {k: v for k, v in os.environ.items() if k.startswith(("FSDP_SKILL_", "XDG_", "HOME"))}
     env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(REPO / "src"))
-    params = StdioServerParameters(command=sys.executable, args=["-m", "fsdp_skill.cli", "mcp"], env=env,
-                                   cwd=str(REPO))
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "fsdp_skill.cli", "mcp"], env=env, cwd=str(REPO)
+    )
 
     async def session():
         t0 = time.perf_counter()
@@ -84,8 +87,12 @@ def main():
     report = {
         "calls": len(ms),
         "torch_version": version,
-        "round_trip_ms": {"median": round(statistics.median(ms), 2), "p90": round(ms[int(len(ms) * 0.9) - 1], 2),
-                          "min": round(ms[0], 2), "max": round(ms[-1], 2)},
+        "round_trip_ms": {
+            "median": round(statistics.median(ms), 2),
+            "p90": round(ms[int(len(ms) * 0.9) - 1], 2),
+            "min": round(ms[0], 2),
+            "max": round(ms[-1], 2),
+        },
         "in_process_ms_median": round(statistics.median(s * 1000 for s in local), 2),
         "server_start_and_initialize_ms": round(started * 1000, 1),
         "first_call_ms": round(first * 1000, 1),
@@ -94,11 +101,17 @@ def main():
         print(json.dumps(report, indent=2))
         return
     rt = report["round_trip_ms"]
-    print(f"MCP search_docs round trip over stdio, {report['calls']} calls in one session (torch {version}):")
+    print(
+        f"MCP search_docs round trip over stdio, {report['calls']} calls in one session (torch {version}):"
+    )
     print(f"  median {rt['median']} ms, p90 {rt['p90']} ms, min {rt['min']} ms, max {rt['max']} ms")
-    print(f"  same queries in-process (search + markdown): median {report['in_process_ms_median']} ms")
-    print(f"  server start + initialize {report['server_start_and_initialize_ms']} ms, "
-          f"first call (index open) {report['first_call_ms']} ms")
+    print(
+        f"  same queries in-process (search + markdown): median {report['in_process_ms_median']} ms"
+    )
+    print(
+        f"  server start + initialize {report['server_start_and_initialize_ms']} ms, "
+        f"first call (index open) {report['first_call_ms']} ms"
+    )
 
 
 if __name__ == "__main__":

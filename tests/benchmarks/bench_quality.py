@@ -25,15 +25,21 @@ from fsdp_skill.build import collect_chunks  # noqa: E402
 from fsdp_skill.eval import Judge, evaluate, load_questions  # noqa: E402
 from fsdp_skill.index import builder  # noqa: E402
 from fsdp_skill.index.store import Index  # noqa: E402
-from fsdp_skill.search import search  # noqa: E402
+from fsdp_skill.search.engine import search  # noqa: E402
 
 
 def plain_tokens(text):
     return text.lower().split()
 
 
-FINAL = {"variant": builder.DEFAULT_VARIANT, "weights": builder.FIELD_WEIGHTS, "tokenizer": None,
-         "expansion": True, "diversity": True, "prose_prior": builder.PROSE_PRIOR}
+FINAL = {
+    "variant": builder.DEFAULT_VARIANT,
+    "weights": builder.FIELD_WEIGHTS,
+    "tokenizer": None,
+    "expansion": True,
+    "diversity": True,
+    "prose_prior": builder.PROSE_PRIOR,
+}
 FLAT = {"title": 1, "objects": 1, "crumbs": 1, "text": 1}
 CONFIGS = {
     "final engine": {},
@@ -64,12 +70,30 @@ def engine(chunks, questions, judge, work, **over):
     cfg = dict(FINAL, **over)
     tok = cfg["tokenizer"] or builder.tokenize
     path = work / f"idx-{abs(hash(json.dumps(over, default=str)))}.bin"
-    builder.build(chunks, str(path), {"torch_version": "bench"}, "", variant=cfg["variant"],
-                  weights=cfg["weights"], tokenizer=tok, prose_prior=cfg["prose_prior"])
+    builder.build(
+        chunks,
+        str(path),
+        {"torch_version": "bench"},
+        "",
+        variant=cfg["variant"],
+        weights=cfg["weights"],
+        tokenizer=tok,
+        prose_prior=cfg["prose_prior"],
+    )
     index = Index(str(path))
     try:
-        return evaluate(questions, lambda q: search(index, q, k=10, use_expansion=cfg["expansion"],
-                                                    diversity=cfg["diversity"], tokenizer=tok), judge=judge)
+        return evaluate(
+            questions,
+            lambda q: search(
+                index,
+                q,
+                k=10,
+                use_expansion=cfg["expansion"],
+                diversity=cfg["diversity"],
+                tokenizer=tok,
+            ),
+            judge=judge,
+        )
     finally:
         index.close()
 
@@ -87,6 +111,7 @@ def scraped_chunks(work):
     site = REPO.parent / "shared" / "fixtures" / "pytorch-docs"
     if not (site / "docs").is_dir():
         return None
+
     class Quiet(http.server.SimpleHTTPRequestHandler):
         def log_message(self, *args):
             pass
@@ -106,9 +131,13 @@ def scraped_chunks(work):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--questions", default=str(REPO / "tests" / "eval" / "questions.yaml"))
-    ap.add_argument("--web", action="store_true", help="also evaluate with the scraped offline site")
+    ap.add_argument(
+        "--web", action="store_true", help="also evaluate with the scraped offline site"
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     from fsdp_skill.build import ensure_index
@@ -120,22 +149,34 @@ def main():
     work = Path(tempfile.mkdtemp(prefix="bench-quality-"))
     rows = {}
     try:
-        rows["plain BM25Okapi, lower().split() (rank-bm25 README)"] = plain_baseline(chunks, questions, judge)
+        rows["plain BM25Okapi, lower().split() (rank-bm25 README)"] = plain_baseline(
+            chunks, questions, judge
+        )
         rows["plain BM25Okapi on docstrings only"] = plain_baseline(
-            [c for c in chunks if c["source"] == "docstring"], questions, judge)
+            [c for c in chunks if c["source"] == "docstring"], questions, judge
+        )
         for name, over in CONFIGS.items():
             rows[name] = engine(chunks, questions, judge, work, **over)
         if args.web:
             web = scraped_chunks(work)
             if web is None:
-                print("bench_quality: no offline site in ../shared; skipping --web", file=sys.stderr)
+                print(
+                    "bench_quality: no offline site in ../shared; skipping --web", file=sys.stderr
+                )
             else:
                 rows["final engine + scraped site"] = engine(web, questions, judge, work)
-                rows["  + scraped site, - prose prior"] = engine(web, questions, judge, work, prose_prior=1.0)
+                rows["  + scraped site, - prose prior"] = engine(
+                    web, questions, judge, work, prose_prior=1.0
+                )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if args.json:
-        print(json.dumps({k: {"overall": v["overall"], "topics": v["topics"]} for k, v in rows.items()}, indent=2))
+        print(
+            json.dumps(
+                {k: {"overall": v["overall"], "topics": v["topics"]} for k, v in rows.items()},
+                indent=2,
+            )
+        )
         return
     cols = ("recall@1", "recall@5", "recall@10", "mrr@10", "median_chars_to_answer")
     print(f"{len(questions)} questions, {len(chunks)} chunks (offline default index)\n")

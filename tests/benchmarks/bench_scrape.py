@@ -30,8 +30,11 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
 
 
 def _snapshot(root: Path) -> dict[str, tuple[int, int, int]]:
-    return {p.relative_to(root).as_posix(): (p.stat().st_mtime_ns, p.stat().st_ino, p.stat().st_size)
-            for p in root.rglob("*") if p.is_file() and not p.name.endswith(".lock")}
+    return {
+        p.relative_to(root).as_posix(): (p.stat().st_mtime_ns, p.stat().st_ino, p.stat().st_size)
+        for p in root.rglob("*")
+        if p.is_file() and not p.name.endswith(".lock")
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,8 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.site / "docs").is_dir():
         print(f"bench_scrape: error: no offline site at {args.site}", file=sys.stderr)
         return 1
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
-                                             functools.partial(_Quiet, directory=str(args.site)))
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(_Quiet, directory=str(args.site))
+    )
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{server.server_address[1]}/"
     cfg = load_config().with_overrides(base_url=base)
@@ -59,13 +63,21 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         again = scrape(cfg, out / "references", log=quiet)
         t_again = time.perf_counter() - t0
-        rewritten = sorted(k for k, v in _snapshot(out / "references").items() if before.get(k) != v)
-        print(f"full scrape : {t_full:6.2f} s  {full.requests} requests, {full.pages} pages, "
-              f"{full.report.objects_total} API objects, index built: {full.index_built}")
-        print(f"no-change   : {t_again:6.2f} s  {again.requests} requests, "
-              f"{again.not_modified} x 304, files rewritten: {len(rewritten)}")
+        rewritten = sorted(
+            k for k, v in _snapshot(out / "references").items() if before.get(k) != v
+        )
+        print(
+            f"full scrape : {t_full:6.2f} s  {full.requests} requests, {full.pages} pages, "
+            f"{full.report.objects_total} API objects, index built: {full.index_built}"
+        )
+        print(
+            f"no-change   : {t_again:6.2f} s  {again.requests} requests, "
+            f"{again.not_modified} x 304, files rewritten: {len(rewritten)}"
+        )
         if rewritten or again.changed:
-            print("FAIL: the no-change refresh rewrote: " + ", ".join(rewritten[:10]), file=sys.stderr)
+            print(
+                "FAIL: the no-change refresh rewrote: " + ", ".join(rewritten[:10]), file=sys.stderr
+            )
             return 1
         return 0
     finally:

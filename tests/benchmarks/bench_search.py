@@ -37,13 +37,17 @@ def timed(cmd, env, runs):
     samples = []
     for _ in range(runs):
         t = time.perf_counter()
-        subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        subprocess.run(
+            cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True
+        )
         samples.append(time.perf_counter() - t)
     return samples
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--build-runs", type=int, default=3)
     ap.add_argument("--json", action="store_true")
@@ -51,19 +55,27 @@ def main():
 
     sys.path.insert(0, str(REPO / "src"))
     from fsdp_skill.build import collect_chunks
-    from fsdp_skill.search import open_fresh, search
+    from fsdp_skill.search.engine import open_fresh, search
 
     work = Path(tempfile.mkdtemp(prefix="bench-search-"))
     env = dict(os.environ, FSDP_SKILL_ROOT=str(REPO), FSDP_SKILL_DATA_DIR=str(work / "data"))
     os.environ.update(env)
-    subprocess.run([sys.executable, "-m", "fsdp_skill.cli", "build"], env=env, check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "fsdp_skill.cli", "build"], env=env, check=True, capture_output=True
+    )
 
     from fsdp_skill import paths
 
     chunks = collect_chunks(paths.page_dirs())
     corpus = work / "corpus.json"
-    corpus.write_text(json.dumps({"tokens": [c["text"].lower().split() for c in chunks],
-                                  "texts": [c["text"] for c in chunks]}))
+    corpus.write_text(
+        json.dumps(
+            {
+                "tokens": [c["text"].lower().split() for c in chunks],
+                "texts": [c["text"] for c in chunks],
+            }
+        )
+    )
     plain = work / "plain.py"
     plain.write_text(PLAIN)
     console = shutil.which("fsdp-skill") or str(Path(sys.executable).parent / "fsdp-skill")
@@ -71,7 +83,12 @@ def main():
     cases = {
         "python -c pass": [sys.executable, "-c", "pass"],
         "scripts/search.py": [sys.executable, str(REPO / "scripts" / "search.py"), QUERY],
-        "scripts/search.py --json": [sys.executable, str(REPO / "scripts" / "search.py"), QUERY, "--json"],
+        "scripts/search.py --json": [
+            sys.executable,
+            str(REPO / "scripts" / "search.py"),
+            QUERY,
+            "--json",
+        ],
         "fsdp-skill search": [console, "search", QUERY],
         "plain BM25Okapi from JSON": [sys.executable, str(plain), str(corpus), QUERY],
     }
@@ -86,7 +103,10 @@ def main():
     index = open_fresh()
     import yaml
 
-    questions = [q["question"] for q in yaml.safe_load((REPO / "tests/eval/questions.yaml").read_text())["questions"]]
+    questions = [
+        q["question"]
+        for q in yaml.safe_load((REPO / "tests/eval/questions.yaml").read_text())["questions"]
+    ]
     lat = []
     for _ in range(5):
         for q in questions:
@@ -99,19 +119,31 @@ def main():
     for _ in range(args.build_runs):
         fresh = dict(env, FSDP_SKILL_DATA_DIR=str(work / f"b{len(builds)}"))
         t = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "fsdp_skill.cli", "build", "--force"], env=fresh, check=True,
-                       capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "fsdp_skill.cli", "build", "--force"],
+            env=fresh,
+            check=True,
+            capture_output=True,
+        )
         builds.append(time.perf_counter() - t)
 
     report = {
         "chunks": len(chunks),
         "cold_cli_ms": {k: round(v, 2) for k, v in med.items()},
         "ratio_vs_python_pass": {k: round(v / base, 2) for k, v in med.items()},
-        "speedup_vs_plain": {k: round(med["plain BM25Okapi from JSON"] / med[k], 1)
-                             for k in ("scripts/search.py", "scripts/search.py --json", "fsdp-skill search")},
-        "in_process_query_ms": {"p50": round(lat[len(lat) // 2], 3), "p95": round(lat[int(len(lat) * 0.95)], 3),
-                                "queries": len(lat)},
-        "build_s": {"median": round(statistics.median(builds), 2), "runs": [round(b, 2) for b in builds]},
+        "speedup_vs_plain": {
+            k: round(med["plain BM25Okapi from JSON"] / med[k], 1)
+            for k in ("scripts/search.py", "scripts/search.py --json", "fsdp-skill search")
+        },
+        "in_process_query_ms": {
+            "p50": round(lat[len(lat) // 2], 3),
+            "p95": round(lat[int(len(lat) * 0.95)], 3),
+            "queries": len(lat),
+        },
+        "build_s": {
+            "median": round(statistics.median(builds), 2),
+            "runs": [round(b, 2) for b in builds],
+        },
     }
     shutil.rmtree(work, ignore_errors=True)
     if args.json:
@@ -125,7 +157,9 @@ def main():
         print(f"  speed-up of {k} over the plain way: {v}x")
     q = report["in_process_query_ms"]
     print(f"in-process query: p50 {q['p50']} ms, p95 {q['p95']} ms over {q['queries']} queries")
-    print(f"fsdp-skill build --force: median {report['build_s']['median']} s (runs {report['build_s']['runs']})")
+    print(
+        f"fsdp-skill build --force: median {report['build_s']['median']} s (runs {report['build_s']['runs']})"
+    )
 
 
 if __name__ == "__main__":

@@ -2,8 +2,13 @@
 
 from fsdp_skill.chunking import chunk_markdown
 
-META = {"title": "Widgets", "url": "https://docs.pytorch.org/docs/2.13/widgets.html",
-        "source": "docstring", "torch_version": "2.13.0", "page": "widgets"}
+META = {
+    "title": "Widgets",
+    "url": "https://docs.pytorch.org/docs/2.13/widgets.html",
+    "source": "docstring",
+    "torch_version": "2.13.0",
+    "page": "widgets",
+}
 
 PAGE = """# Widgets
 
@@ -71,6 +76,8 @@ def test_size_cap_splits_between_blocks_never_inside_code():
 
 def test_guide_urls_use_heading_slugs():
     meta = dict(META, source="guide", url="references/guides/g.md", page="g")
-    chunks = chunk_markdown(meta, "# G\n\n## Save a Checkpoint!\n<!-- objects: pkg.save -->\n\nText.\n", "g.md")
+    chunks = chunk_markdown(
+        meta, "# G\n\n## Save a Checkpoint!\n<!-- objects: pkg.save -->\n\nText.\n", "g.md"
+    )
     assert chunks[0].url == "references/guides/g.md#save-a-checkpoint"
     assert chunks[0].path == "references/guides/g.md"

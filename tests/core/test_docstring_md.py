@@ -2,7 +2,7 @@
 
 from fsdp_skill.sources.docstring_md import inline, render
 
-DOC = '''
+DOC = """
     Frobnicate the widget across ranks.
 
     Uses :class:`~torch.distributed.DeviceMesh` and :func:`torch.distributed.all_reduce`
@@ -31,7 +31,7 @@ DOC = '''
     Run it with torchrun::
 
         torchrun --nproc-per-node 2 train.py
-'''
+"""
 
 
 def test_roles_literals_and_links():

@@ -32,11 +32,22 @@ def test_undocumented_function_is_skipped():
 
 def test_pages_cover_the_distributed_stack(built_data):
     api = Path(built_data) / "api"
-    expected = ["distributed", "fsdp", "distributed.fsdp.fully_shard", "distributed.checkpoint",
-                "distributed.tensor", "distributed.tensor.parallel", "distributed.algorithms.join",
-                "ddp_comm_hooks", "distributed.optim", "elastic/run",
-                "generated/torch.nn.parallel.DistributedDataParallel", "checkpoint", "data",
-                "generated/torch.nn.utils.clip_grad_norm_"]
+    expected = [
+        "distributed",
+        "fsdp",
+        "distributed.fsdp.fully_shard",
+        "distributed.checkpoint",
+        "distributed.tensor",
+        "distributed.tensor.parallel",
+        "distributed.algorithms.join",
+        "ddp_comm_hooks",
+        "distributed.optim",
+        "elastic/run",
+        "generated/torch.nn.parallel.DistributedDataParallel",
+        "checkpoint",
+        "data",
+        "generated/torch.nn.utils.clip_grad_norm_",
+    ]
     for page in expected:
         meta, body = read_page(api / f"{page}.md")
         assert meta["url"] == f"https://docs.pytorch.org/docs/{SHORT}/{page}.html"
@@ -49,14 +60,19 @@ def test_fully_shard_entry(built_data):
     first = [c for c in chunks if c.objects == ["torch.distributed.fsdp.fully_shard"]]
     assert first, "fully_shard has no chunk"
     c = first[0]
-    assert c.url.endswith(f"/docs/{SHORT}/distributed.fsdp.fully_shard.html#torch.distributed.fsdp.fully_shard")
+    assert c.url.endswith(
+        f"/docs/{SHORT}/distributed.fsdp.fully_shard.html#torch.distributed.fsdp.fully_shard"
+    )
     assert c.text.startswith("```python\ntorch.distributed.fsdp.fully_shard(module, *, mesh")
     # Continuation chunks repeat the signature so each chunk stands alone.
     assert all(x.text.startswith("```python\ntorch.distributed.fsdp.fully_shard(") for x in first)
     assert any("**Args:**" in x.text or "- **mesh**" in x.text for x in first)
     methods = {o for x in chunks for o in x.objects}
-    assert {"torch.distributed.fsdp.FSDPModule.set_requires_gradient_sync",
-            "torch.distributed.fsdp.MixedPrecisionPolicy", "torch.distributed.fsdp.CPUOffloadPolicy"} <= methods
+    assert {
+        "torch.distributed.fsdp.FSDPModule.set_requires_gradient_sync",
+        "torch.distributed.fsdp.MixedPrecisionPolicy",
+        "torch.distributed.fsdp.CPUOffloadPolicy",
+    } <= methods
 
 
 def test_no_empty_or_furniture_chunks(built_data):

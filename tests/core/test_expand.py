@@ -1,6 +1,6 @@
-from fsdp_skill import expand
-from fsdp_skill.search import query_terms
-from fsdp_skill.tokenize import tokenize
+from fsdp_skill.index.tokenization import tokenize
+from fsdp_skill.search import expand
+from fsdp_skill.search.engine import query_terms
 
 
 def test_every_rule_fires_on_its_own_phrase():
@@ -14,4 +14,7 @@ def test_every_rule_fires_on_its_own_phrase():
 def test_expansions_weigh_less_than_the_users_words():
     terms = dict(query_terms("training hangs with uneven inputs"))
     assert terms["hang"] == 1.0 and terms["join"] == expand.WEIGHT < 1.0
-    assert dict(query_terms("training hangs with uneven inputs", use_expansion=False)).get("join") is None
+    assert (
+        dict(query_terms("training hangs with uneven inputs", use_expansion=False)).get("join")
+        is None
+    )

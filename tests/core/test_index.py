@@ -9,8 +9,10 @@ import rank_bm25
 from fsdp_skill.index import builder
 from fsdp_skill.index.store import Index, IndexError_, write_index
 
-WORDS = ("shard gradient fsdp ddp join uneven hook mesh tensor all_reduce barrier checkpoint save load "
-         "optimizer zero offload prefetch nccl gloo timeout rank world size").split()
+WORDS = (
+    "shard gradient fsdp ddp join uneven hook mesh tensor all_reduce barrier checkpoint save load "
+    "optimizer zero offload prefetch nccl gloo timeout rank world size"
+).split()
 
 
 def corpus(n=60, seed=0):
@@ -18,10 +20,21 @@ def corpus(n=60, seed=0):
     docs = []
     for i in range(n):
         words = [rnd.choice(WORDS) for _ in range(rnd.randint(3, 40))]
-        docs.append({"id": f"d{i}", "title": rnd.choice(WORDS), "breadcrumbs": ["P", "s"], "url": "u",
-                     "objects": [f"pkg.{rnd.choice(WORDS)}"] if i % 3 else [], "source": "guide",
-                     "torch_version": "2.13.0", "path": "p", "page": f"p{i % 5}", "flags": "",
-                     "text": " ".join(words)})
+        docs.append(
+            {
+                "id": f"d{i}",
+                "title": rnd.choice(WORDS),
+                "breadcrumbs": ["P", "s"],
+                "url": "u",
+                "objects": [f"pkg.{rnd.choice(WORDS)}"] if i % 3 else [],
+                "source": "guide",
+                "torch_version": "2.13.0",
+                "path": "p",
+                "page": f"p{i % 5}",
+                "flags": "",
+                "text": " ".join(words),
+            }
+        )
     return docs
 
 

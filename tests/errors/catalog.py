@@ -28,8 +28,8 @@ class Entry:
     path: Path
     line: int
     heading: str
-    repro: str = ""          # cpu | cuda | none
-    why: str = ""            # for repro none
+    repro: str = ""  # cpu | cuda | none
+    why: str = ""  # for repro none
     objects: list[str] = field(default_factory=list)
     message: str = ""
     body: str = ""
@@ -77,9 +77,15 @@ def parse_file(path: Path) -> list[Entry]:
                 continue
             if "error" in fields:
                 kind, _, why = fields.get("repro", "").partition(":")
-                cur = Entry(id=fields["error"], path=path, line=heading[0], heading=heading[1],
-                            repro=kind.strip(), why=why.strip(),
-                            objects=[o.strip() for o in fields.get("objects", "").split(",") if o.strip()])
+                cur = Entry(
+                    id=fields["error"],
+                    path=path,
+                    line=heading[0],
+                    heading=heading[1],
+                    repro=kind.strip(),
+                    why=why.strip(),
+                    objects=[o.strip() for o in fields.get("objects", "").split(",") if o.strip()],
+                )
                 entries.append(cur)
             fields = None
         if cur is None:

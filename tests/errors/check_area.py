@@ -19,14 +19,16 @@ import test_catalog as tc  # noqa: E402
 def main(argv: list[str]) -> int:
     module = argv[0]
     want_search = "--search" in argv
-    worlds = sorted({r.world for r in tc.REPROS.values() if r.module == module and r.device == "cpu"})
+    worlds = sorted(
+        {r.world for r in tc.REPROS.values() if r.module == module and r.device == "cpu"}
+    )
     printed: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         for w in worlds:
             printed.update(tc.run_group(module, w, "cpu", Path(tmp) / str(w)))
     index = None
     if want_search:
-        from fsdp_skill.search import open_fresh
+        from fsdp_skill.search.engine import open_fresh
 
         index = open_fresh(tc.ROOT)
     bad = 0

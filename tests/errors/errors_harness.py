@@ -27,10 +27,10 @@ import os
 import sys
 import traceback
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
-REPROS: dict[str, "Repro"] = {}
+REPROS: dict[str, Repro] = {}
 
 # A repro that leaves peers waiting fails in this time instead of the 30-minute default.
 PG_TIMEOUT_S = 20
@@ -91,8 +91,13 @@ def fresh_store(timeout: datetime.timedelta):
     import torch.distributed as dist
 
     _GROUPS[0] += 1
-    base = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
-                         int(os.environ["WORLD_SIZE"]), is_master=False, timeout=timeout)
+    base = dist.TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        int(os.environ["WORLD_SIZE"]),
+        is_master=False,
+        timeout=timeout,
+    )
     return dist.PrefixStore(f"group{_GROUPS[0]}", base)
 
 
@@ -101,10 +106,17 @@ def _init_group(world: int) -> None:
 
     timeout = datetime.timedelta(seconds=PG_TIMEOUT_S)
     if world == 1 and "TORCHELASTIC_RUN_ID" not in os.environ:
-        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
+        dist.init_process_group(
+            "gloo", store=dist.HashStore(), rank=0, world_size=1, timeout=timeout
+        )
     else:
-        dist.init_process_group("gloo", store=fresh_store(timeout), rank=int(os.environ["RANK"]),
-                                world_size=int(os.environ["WORLD_SIZE"]), timeout=timeout)
+        dist.init_process_group(
+            "gloo",
+            store=fresh_store(timeout),
+            rank=int(os.environ["RANK"]),
+            world_size=int(os.environ["WORLD_SIZE"]),
+            timeout=timeout,
+        )
 
 
 def _reset() -> None:

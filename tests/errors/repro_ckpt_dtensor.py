@@ -14,9 +14,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
-
 from errors_harness import captured_warnings, repro
-
 
 # Some messages need two ranks. Re-creating a gloo process group between repros reuses the store
 # keys of the previous group and is racy, so all 2-rank cases run in one separate torchrun job, on
@@ -42,18 +40,35 @@ def _two_rank_result(entry_id: str) -> str:
     global _TWO_RANK_RESULTS
     if _TWO_RANK_RESULTS is None:
         out = tempfile.mktemp(suffix=".json", prefix="ckpt_repro_")
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
-        proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                               "--nproc-per-node=2", os.path.abspath(__file__), out],
-                              env=env, capture_output=True, text=True, timeout=90)
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+        }
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc-per-node=2",
+                os.path.abspath(__file__),
+                out,
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
         try:
             with open(out, encoding="utf-8") as f:
                 _TWO_RANK_RESULTS = json.load(f)
             os.unlink(out)
         except OSError:
             _TWO_RANK_RESULTS = {"__launch__": proc.stderr[-2000:]}
-    return _TWO_RANK_RESULTS.get(entry_id) or f"no result: {_TWO_RANK_RESULTS.get('__launch__', '')}"
+    return (
+        _TWO_RANK_RESULTS.get(entry_id) or f"no result: {_TWO_RANK_RESULTS.get('__launch__', '')}"
+    )
 
 
 def _run_two_rank_cases(out: str) -> None:
@@ -66,7 +81,9 @@ def _run_two_rank_cases(out: str) -> None:
             fn()
             results[entry_id] = "(no error raised)"
         except Exception as exc:  # noqa: BLE001
-            results[entry_id] = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+            results[entry_id] = "".join(
+                traceback.format_exception(type(exc), exc, exc.__traceback__)
+            )
         dist.barrier()
     if dist.get_rank() == 0:
         with open(out, "w", encoding="utf-8") as f:
@@ -186,7 +203,9 @@ def _():
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
     model = nn.Linear(2, 2)
-    set_model_state_dict(model, model.state_dict(), options=StateDictOptions(broadcast_from_rank0=True))
+    set_model_state_dict(
+        model, model.state_dict(), options=StateDictOptions(broadcast_from_rank0=True)
+    )
 
 
 @repro("dcp-submodules-deprecated")
@@ -201,12 +220,17 @@ def _():
 
 @repro("dcp-missing-optimizer-state")
 def _():
-    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
+    from torch.distributed.checkpoint.state_dict import (
+        get_optimizer_state_dict,
+        set_optimizer_state_dict,
+    )
 
     model = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
     optim = torch.optim.AdamW(model.parameters())
     osd = get_optimizer_state_dict(model, optim)
-    osd["state"].pop("1.weight")  # as if the layer was frozen, or added, when the checkpoint was written
+    osd["state"].pop(
+        "1.weight"
+    )  # as if the layer was frozen, or added, when the checkpoint was written
     set_optimizer_state_dict(model, optim, optim_state_dict=osd)
 
 
@@ -222,7 +246,9 @@ def _():
 def _():
     model = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
     saved = torch.optim.AdamW(model.parameters()).state_dict()  # one group
-    optim = torch.optim.AdamW([{"params": model[0].parameters()}, {"params": model[1].parameters(), "lr": 1e-4}])
+    optim = torch.optim.AdamW(
+        [{"params": model[0].parameters()}, {"params": model[1].parameters(), "lr": 1e-4}]
+    )
     optim.load_state_dict(saved)
 
 
@@ -247,7 +273,7 @@ def _():
     from torch.distributed.fsdp import fully_shard
 
     model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
-    fully_shard(model[0], mesh=_mesh((1,)))   # model[1] keeps plain parameters
+    fully_shard(model[0], mesh=_mesh((1,)))  # model[1] keeps plain parameters
     model(torch.randn(2, 4)).sum().backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
 
@@ -392,10 +418,17 @@ class _Attention(nn.Module):
 
 @_on_two_ranks("tp-heads-not-divisible")
 def _():
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
 
-    attn = parallelize_module(_Attention(dim=6, n_heads=3), _mesh((2,)),
-                              {"wq": ColwiseParallel(), "wo": RowwiseParallel()})
+    attn = parallelize_module(
+        _Attention(dim=6, n_heads=3),
+        _mesh((2,)),
+        {"wq": ColwiseParallel(), "wo": RowwiseParallel()},
+    )
     attn(torch.randn(2, 5, 6))  # 3 heads cannot be split over 2 ranks
 
 
@@ -418,11 +451,14 @@ def _():
 
 @repro("tp-loss-parallel-placements")
 def _():
-    from torch.distributed.tensor.parallel import ColwiseParallel, loss_parallel, parallelize_module
     from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import ColwiseParallel, loss_parallel, parallelize_module
 
-    head = parallelize_module(nn.Linear(4, 10), _mesh(),
-                              ColwiseParallel(output_layouts=Replicate(), use_local_output=False))
+    head = parallelize_module(
+        nn.Linear(4, 10),
+        _mesh(),
+        ColwiseParallel(output_layouts=Replicate(), use_local_output=False),
+    )
     logits = head(torch.randn(3, 4))
     with loss_parallel():
         F.cross_entropy(logits, torch.randint(0, 10, (3,)))

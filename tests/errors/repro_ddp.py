@@ -11,13 +11,14 @@ import time
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-from torch.nn.parallel import DistributedDataParallel as DDP
-
 from errors_harness import captured_warnings, repro
 from repro_launch import run_ranks
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 # The catalog's fix blocks run on the same model that raised the error here.
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "guides", "setups"))
+sys.path.insert(
+    0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "guides", "setups")
+)
 from errors_ddp import _TwoHeads  # noqa: E402
 
 
@@ -38,12 +39,21 @@ def _two_ranks(tag: str, seconds: float = 3.0):
     together, synchronised through the store, so a rank that failed early does not start the next
     repro while its peer is still waiting for a timeout.
     """
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
-                          is_master=False, timeout=datetime.timedelta(seconds=30))
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        is_master=False,
+        timeout=datetime.timedelta(seconds=30),
+    )
     store = dist.PrefixStore(f"repro_ddp/{tag}/", store)
     world = int(os.environ["WORLD_SIZE"])
-    dist.init_process_group("gloo", store=store, rank=int(os.environ["RANK"]), world_size=world,
-                            timeout=datetime.timedelta(seconds=seconds))
+    dist.init_process_group(
+        "gloo",
+        store=store,
+        rank=int(os.environ["RANK"]),
+        world_size=world,
+        timeout=datetime.timedelta(seconds=seconds),
+    )
     try:
         yield
     finally:
@@ -54,6 +64,7 @@ def _two_ranks(tag: str, seconds: float = 3.0):
 
 
 # --- DDP ---------------------------------------------------------------------------------
+
 
 @repro("ddp-unused-parameters", world=2, pg=False)
 def _():
@@ -114,8 +125,8 @@ def _():
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     out = model(torch.randn(2, 4))
     out.mean().backward(retain_graph=True)
-    opt.step()                          # updates, in place, weights the graph saved
-    out.pow(2).mean().backward()        # a second backward through the same graph
+    opt.step()  # updates, in place, weights the graph saved
+    out.pow(2).mean().backward()  # a second backward through the same graph
 
 
 @repro("ddp-zero-not-consolidated", world=2, pg=False)
@@ -154,6 +165,7 @@ def _():
 
 
 # --- process groups ----------------------------------------------------------------------
+
 
 @repro("pg-not-initialized", pg=False)
 def _():
@@ -198,7 +210,7 @@ def _():
 
 @repro("pg-tensors-must-be-contiguous", world=1)
 def _():
-    x = torch.randn(3, 4).t()           # a transposed view
+    x = torch.randn(3, 4).t()  # a transposed view
     dist.all_to_all_single(torch.empty(4, 3), x)
 
 
@@ -213,82 +225,111 @@ rank = int(os.environ["RANK"])
 
 @repro("ddp-find-unused-but-none-unused", pg=False)
 def _():
-    return run_ranks(_PREAMBLE + """
+    return run_ranks(
+        _PREAMBLE
+        + """
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 dist.init_process_group("gloo")
 model = DDP(nn.Linear(2, 2), find_unused_parameters=True)
 model(torch.randn(2, 2)).sum().backward()
 dist.destroy_process_group()
-""", world=1)
+""",
+        world=1,
+    )
 
 
 @repro("pg-gloo-timeout", pg=False)
 def _():
-    return run_ranks(_PREAMBLE + """
+    return run_ranks(
+        _PREAMBLE
+        + """
 dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=2))
 if rank == 0:
     dist.all_reduce(torch.ones(1))   # rank 1 never joins
 else:
     time.sleep(4)
-""")
+"""
+    )
 
 
 @repro("pg-collective-mismatch", pg=False)
 def _():
-    return run_ranks(_PREAMBLE + """
+    return run_ranks(
+        _PREAMBLE
+        + """
 dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=10))
 t = torch.ones(2)
 if rank == 0:
     dist.all_reduce(t)
 else:
     dist.broadcast(t, src=0)
-""", env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
+""",
+        env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"},
+    )
 
 
 @repro("pg-connection-closed", pg=False)
 def _():
-    return run_ranks(_PREAMBLE + """
+    return run_ranks(
+        _PREAMBLE
+        + """
 dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=10))
 dist.barrier()
 if rank == 1:
     os._exit(1)                      # a worker that crashes
 time.sleep(1)
 dist.all_reduce(torch.ones(1))
-""")
+"""
+    )
 
 
 # --- NCCL: need a GPU (run by the GPU job; one GPU is enough) -----------------------------
 
+
 @repro("nccl-duplicate-gpu", pg=False, device="cuda")
 def _():
     # Two ranks that both end up on GPU 0 (the usual cause: set_device never called).
-    return run_ranks(_PREAMBLE + """
+    return run_ranks(
+        _PREAMBLE
+        + """
 torch.cuda.set_device(0)
 dist.init_process_group("nccl", device_id=torch.device("cuda", 0))
 dist.all_reduce(torch.ones(1, device="cuda"))
-""", timeout=120)
+""",
+        timeout=120,
+    )
 
 
 @repro("nccl-watchdog-timeout", pg=False, device="cuda")
 def _():
     # A collective that cannot finish within the group timeout: the GPU is kept busy before it.
-    return run_ranks(_PREAMBLE + """
+    return run_ranks(
+        _PREAMBLE
+        + """
 dist.init_process_group("nccl", timeout=datetime.timedelta(seconds=2),
                         device_id=torch.device("cuda", 0))
 torch.cuda._sleep(20_000_000_000)
 dist.all_reduce(torch.ones(1, device="cuda"))
 torch.cuda.synchronize()
-""", world=1, timeout=120)
+""",
+        world=1,
+        timeout=120,
+    )
 
 
 @repro("nccl-destroy-not-called", pg=False, device="cuda")
 def _():
-    return run_ranks(_PREAMBLE + """
+    return run_ranks(
+        _PREAMBLE
+        + """
 dist.init_process_group("nccl", device_id=torch.device("cuda", 0))
 dist.all_reduce(torch.ones(1, device="cuda"))
 torch.cuda.synchronize()
-""", world=1, timeout=120)
+""",
+        world=1,
+        timeout=120,
+    )
 
 
 @repro("nccl-barrier-device-unknown", pg=False, device="cuda")

@@ -10,19 +10,19 @@ from __future__ import annotations
 import copy
 
 import torch
-import torch.distributed as dist
 import torch.nn as nn
+from errors_harness import captured_warnings, repro
 from torch.distributed.fsdp import (
     CPUOffloadPolicy,
-    FullyShardedDataParallel as FSDP,
     MixedPrecisionPolicy,
     ShardingStrategy,
     StateDictType,
     fully_shard,
 )
+from torch.distributed.fsdp import (
+    FullyShardedDataParallel as FSDP,
+)
 from torch.utils.checkpoint import checkpoint
-
-from errors_harness import captured_warnings, repro
 
 CPU = torch.device("cpu")
 
@@ -49,11 +49,12 @@ class _Embed(nn.Module):
 
 # --- FSDP2: fully_shard ------------------------------------------------------------------
 
+
 @repro("fsdp-mixed-tensor-dtensor")
 def _():
     model = _Embed()
-    fully_shard(model)                  # only the root: tok/head are not FSDP modules
-    model.tok(torch.tensor([1, 2]))     # submodule called outside the root forward
+    fully_shard(model)  # only the root: tok/head are not FSDP modules
+    model.tok(torch.tensor([1, 2]))  # submodule called outside the root forward
 
 
 @repro("fsdp-load-full-state-dict")
@@ -61,13 +62,13 @@ def _():
     model = _mlp()
     fully_shard(model)
     full = {k: v.full_tensor() for k, v in model.state_dict().items()}
-    model.load_state_dict(full)         # plain tensors into DTensor parameters
+    model.load_state_dict(full)  # plain tensors into DTensor parameters
 
 
 @repro("fsdp-tied-params-separate-groups")
 def _():
     model = nn.Sequential(nn.Linear(4, 4, bias=False), nn.Linear(4, 4, bias=False))
-    model[1].weight = model[0].weight   # tied
+    model[1].weight = model[0].weight  # tied
     fully_shard(model[0])
     fully_shard(model[1])
     fully_shard(model)
@@ -82,7 +83,7 @@ def _():
 @repro("fsdp-uniform-param-dtype")
 def _():
     model = _mlp()
-    model[2].to(torch.bfloat16)         # one group, two storage dtypes
+    model[2].to(torch.bfloat16)  # one group, two storage dtypes
     fully_shard(model)
     model(torch.randn(2, 4))
 
@@ -91,13 +92,13 @@ def _():
 def _():
     model = _mlp()
     fully_shard(model)
-    copy.deepcopy(model)                # e.g. an EMA copy made after sharding
+    copy.deepcopy(model)  # e.g. an EMA copy made after sharding
 
 
 @repro("fsdp-non-contiguous-param")
 def _():
     lin = nn.Linear(4, 4)
-    lin.weight = nn.Parameter(torch.randn(4, 4).t())   # transposed view: strides (1, 4)
+    lin.weight = nn.Parameter(torch.randn(4, 4).t())  # transposed view: strides (1, 4)
     fully_shard(lin)
 
 
@@ -114,7 +115,7 @@ def _():
 
     model = Block()
     fully_shard(model.inner, mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16))
-    fully_shard(model)                  # root keeps fp32 compute
+    fully_shard(model)  # root keeps fp32 compute
     model(torch.randn(2, 4))
 
 
@@ -137,7 +138,7 @@ def _():
 
 @repro("fsdp-cpu-offload-pin-memory")
 def _():
-    fully_shard(nn.Linear(4, 4), offload_policy=CPUOffloadPolicy())   # pin_memory=True, no GPU
+    fully_shard(nn.Linear(4, 4), offload_policy=CPUOffloadPolicy())  # pin_memory=True, no GPU
 
 
 @repro("fsdp-cpu-offload-params-not-on-cpu", device="cuda")
@@ -146,11 +147,12 @@ def _():
     with torch.device("meta"):
         model = nn.Linear(4, 4)
     fully_shard(model, offload_policy=CPUOffloadPolicy())
-    model.to_empty(device="cuda")       # materialized on the GPU instead of the CPU
+    model.to_empty(device="cuda")  # materialized on the GPU instead of the CPU
     model(torch.randn(2, 4, device="cuda"))
 
 
 # --- meta-device init ----------------------------------------------------------------------
+
 
 @repro("fsdp-meta-to-device")
 def _():
@@ -163,20 +165,21 @@ def _():
 def _():
     with torch.device("meta"):
         model = _mlp()
-    model(torch.randn(2, 4))            # forward before materializing
+    model(torch.randn(2, 4))  # forward before materializing
 
 
 # --- FSDP1: FullyShardedDataParallel ------------------------------------------------------
 
+
 @repro("fsdp1-no-accelerator")
 def _():
-    FSDP(_mlp())                        # no device_id on a CPU-only machine
+    FSDP(_mlp())  # no device_id on a CPU-only machine
 
 
 @repro("fsdp1-uniform-requires-grad")
 def _():
     model = _mlp()
-    model[0].weight.requires_grad_(False)   # frozen weight, trainable bias in one FlatParameter
+    model[0].weight.requires_grad_(False)  # frozen weight, trainable bias in one FlatParameter
     FSDP(model, device_id=CPU)
 
 
@@ -204,8 +207,10 @@ def _():
 @repro("fsdp-sharded-weights-saved", world=2)
 def _():
     model = FSDP(_mlp(), device_id=CPU, use_orig_params=True)
-    pieces = model.module.state_dict()  # the inner module: this rank's flat slices, not full weights
-    _mlp().load_state_dict(pieces)      # as a single-process loader would
+    pieces = (
+        model.module.state_dict()
+    )  # the inner module: this rank's flat slices, not full weights
+    _mlp().load_state_dict(pieces)  # as a single-process loader would
 
 
 @repro("fsdp1-no-shard-deprecated", world=2)
@@ -217,9 +222,10 @@ def _():
 
 # --- mixed precision and gradient scaling ----------------------------------------------------
 
+
 @repro("fsdp-gradscaler-unscale-fp16")
 def _():
-    model = nn.Linear(4, 4).half()      # fp16 master weights
+    model = nn.Linear(4, 4).half()  # fp16 master weights
     optim = torch.optim.SGD(model.parameters(), lr=0.1)
     scaler = torch.amp.GradScaler("cpu")
     scaler.scale(model(torch.randn(2, 4).half()).float().sum()).backward()
@@ -250,6 +256,7 @@ def _():
 
 # --- activation checkpointing -------------------------------------------------------------
 
+
 @repro("ac-backward-twice")
 def _():
     lin = nn.Linear(4, 4)
@@ -263,7 +270,7 @@ def _():
 def _():
     calls = {"n": 0}
 
-    def block(x):                       # depends on state that changes between the two runs
+    def block(x):  # depends on state that changes between the two runs
         calls["n"] += 1
         return (x if calls["n"] == 1 else x[:1]).sin()
 
@@ -300,7 +307,7 @@ def _():
 
 @repro("ac-element-0-no-grad-fn")
 def _():
-    frozen = nn.Linear(4, 4).requires_grad_(False)   # e.g. a frozen base model under LoRA
+    frozen = nn.Linear(4, 4).requires_grad_(False)  # e.g. a frozen base model under LoRA
     out = checkpoint(frozen, torch.randn(2, 4), use_reentrant=True)
     out.sum().backward()
 

@@ -18,9 +18,21 @@ import time
 
 from errors_harness import repro
 
-_LAUNCH_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-               "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "GROUP_WORLD_SIZE",
-               "TORCH_DISTRIBUTED_DEBUG", "OMP_NUM_THREADS")
+_LAUNCH_ENV = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "GROUP_RANK",
+    "ROLE_RANK",
+    "ROLE_NAME",
+    "ROLE_WORLD_SIZE",
+    "GROUP_WORLD_SIZE",
+    "TORCH_DISTRIBUTED_DEBUG",
+    "OMP_NUM_THREADS",
+)
 
 
 def free_port() -> int:
@@ -31,14 +43,18 @@ def free_port() -> int:
 
 def clean_env(**extra: str) -> dict:
     """The environment of a fresh shell: no launcher variables from the harness's own run."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in _LAUNCH_ENV and not k.startswith("TORCHELASTIC_")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in _LAUNCH_ENV and not k.startswith("TORCHELASTIC_")
+    }
     env.update(PYTHONWARNINGS="default", PYTHONUNBUFFERED="1", **extra)
     return env
 
 
-def run_ranks(code: str, world: int = 2, rank: int = 0, env: dict | None = None,
-              timeout: float = 60) -> str:
+def run_ranks(
+    code: str, world: int = 2, rank: int = 0, env: dict | None = None, timeout: float = 60
+) -> str:
     """Run `code` as `world` plain python processes wired up like torchrun would (RANK,
     WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT); return the stderr of process `rank`."""
     port = free_port()
@@ -48,11 +64,25 @@ def run_ranks(code: str, world: int = 2, rank: int = 0, env: dict | None = None,
             f.write(textwrap.dedent(code))
         procs = []
         for r in range(world):
-            e = clean_env(RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r),
-                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1",
-                          **(env or {}))
-            procs.append(subprocess.Popen([sys.executable, path], stdout=subprocess.DEVNULL,
-                                          stderr=subprocess.PIPE, text=True, env=e, cwd=tmp))
+            e = clean_env(
+                RANK=str(r),
+                WORLD_SIZE=str(world),
+                LOCAL_RANK=str(r),
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(port),
+                OMP_NUM_THREADS="1",
+                **(env or {}),
+            )
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, path],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    env=e,
+                    cwd=tmp,
+                )
+            )
         errs = []
         for p in procs:
             try:
@@ -71,8 +101,14 @@ def run_torchrun(args: list[str], code: str, env: dict | None = None, timeout: f
             f.write(textwrap.dedent(code))
         cmd = [sys.executable, "-m", "torch.distributed.run", *args, path]
         try:
-            p = subprocess.run(cmd, capture_output=True, text=True, env=clean_env(**(env or {})),
-                               cwd=tmp, timeout=timeout)
+            p = subprocess.run(
+                cmd,
+                capture_output=True,
+                text=True,
+                env=clean_env(**(env or {})),
+                cwd=tmp,
+                timeout=timeout,
+            )
             return p.stdout + p.stderr
         except subprocess.TimeoutExpired as exc:
             return _text(exc.stdout) + _text(exc.stderr)
@@ -88,6 +124,7 @@ def _lines(text: str, *needles: str) -> str:
 
 
 # --- environment variables: a script started without a launcher ---------------------------
+
 
 @repro("launch-env-var-not-set", pg=False)
 def _():
@@ -122,6 +159,7 @@ def _():
 
 # --- the TCPStore: ports and peers that never come ----------------------------------------
 
+
 @repro("launch-port-in-use", pg=False)
 def _():
     import datetime
@@ -132,8 +170,9 @@ def _():
         busy.bind(("", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        dist.TCPStore("127.0.0.1", port, world_size=1, is_master=True,
-                      timeout=datetime.timedelta(seconds=5))
+        dist.TCPStore(
+            "127.0.0.1", port, world_size=1, is_master=True, timeout=datetime.timedelta(seconds=5)
+        )
 
 
 @repro("launch-store-clients-not-joined", pg=False)
@@ -142,8 +181,14 @@ def _():
 
     import torch.distributed as dist
 
-    dist.TCPStore("127.0.0.1", free_port(), world_size=2, is_master=True, wait_for_workers=True,
-                  timeout=datetime.timedelta(seconds=2))
+    dist.TCPStore(
+        "127.0.0.1",
+        free_port(),
+        world_size=2,
+        is_master=True,
+        wait_for_workers=True,
+        timeout=datetime.timedelta(seconds=2),
+    )
 
 
 @repro("launch-client-connect-timeout", pg=False)
@@ -152,8 +197,13 @@ def _():
 
     import torch.distributed as dist
 
-    dist.TCPStore("127.0.0.1", free_port(), world_size=2, is_master=False,
-                  timeout=datetime.timedelta(seconds=2))
+    dist.TCPStore(
+        "127.0.0.1",
+        free_port(),
+        world_size=2,
+        is_master=False,
+        timeout=datetime.timedelta(seconds=2),
+    )
 
 
 # --- torchrun -----------------------------------------------------------------------------
@@ -166,7 +216,7 @@ time.sleep(30)
 """
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _torchrun_with_a_crashing_rank() -> str:
     # Two workers, one of which raises; OMP_NUM_THREADS is left unset.
     return run_torchrun(["--standalone", "--nproc-per-node=2"], _CRASHING_RANK)
@@ -192,15 +242,26 @@ def _():
 @repro("launch-rendezvous-timeout", pg=False)
 def _():
     # A job of two nodes of which only one ever starts.
-    return run_torchrun(["--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d",
-                         f"--rdzv-endpoint=127.0.0.1:{free_port()}", "--rdzv-conf=join_timeout=3"],
-                        "print('never runs')\n", env={"OMP_NUM_THREADS": "1"})
+    return run_torchrun(
+        [
+            "--nnodes=2",
+            "--nproc-per-node=1",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint=127.0.0.1:{free_port()}",
+            "--rdzv-conf=join_timeout=3",
+        ],
+        "print('never runs')\n",
+        env={"OMP_NUM_THREADS": "1"},
+    )
 
 
 @repro("launch-nproc-per-node-invalid", pg=False)
 def _():
-    return run_torchrun(["--standalone", "--nproc-per-node=gpux"], "print('never runs')\n",
-                        env={"OMP_NUM_THREADS": "1"})
+    return run_torchrun(
+        ["--standalone", "--nproc-per-node=gpux"],
+        "print('never runs')\n",
+        env={"OMP_NUM_THREADS": "1"},
+    )
 
 
 def _old_launcher(script: str) -> str:
@@ -209,9 +270,14 @@ def _old_launcher(script: str) -> str:
         path = os.path.join(tmp, "train.py")
         with open(path, "w") as f:
             f.write(script)
-        p = subprocess.run([sys.executable, "-m", "torch.distributed.launch", "--nproc-per-node=1",
-                            path], capture_output=True, text=True, timeout=60,
-                           env=clean_env(OMP_NUM_THREADS="1"), cwd=tmp)
+        p = subprocess.run(
+            [sys.executable, "-m", "torch.distributed.launch", "--nproc-per-node=1", path],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=clean_env(OMP_NUM_THREADS="1"),
+            cwd=tmp,
+        )
         return p.stdout + p.stderr
 
 
@@ -234,9 +300,21 @@ def _():
         path = os.path.join(tmp, "train.py")
         with open(path, "w") as f:
             f.write("import time\nopen('started', 'w').close()\ntime.sleep(60)\n")
-        p = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                              "--nproc-per-node=1", path], cwd=tmp, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True, env=clean_env(OMP_NUM_THREADS="1"))
+        p = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc-per-node=1",
+                path,
+            ],
+            cwd=tmp,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=clean_env(OMP_NUM_THREADS="1"),
+        )
         deadline = time.monotonic() + 60
         while not os.path.exists(os.path.join(tmp, "started")) and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -249,6 +327,7 @@ def _():
 
 
 # --- torch.multiprocessing.spawn ----------------------------------------------------------
+
 
 def _worker_raises(rank: int) -> None:
     if rank == 1:

@@ -18,10 +18,9 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-import pytest
-
 import catalog
 import errors_harness
+import pytest
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -48,7 +47,9 @@ def test_entry_is_complete(entry):
     assert entry.objects, f"{entry.where}: no objects comment"
     for part in ("**Cause", "**Fix"):
         assert part in entry.body, f"{entry.where}: lacks a {part}...** paragraph"
-    assert re.search(r"^Sources?: .*https?://", entry.body, re.M), f"{entry.where}: no `Source: URL` line"
+    assert re.search(r"^Sources?: .*https?://", entry.body, re.M), (
+        f"{entry.where}: no `Source: URL` line"
+    )
 
 
 def test_every_cpu_entry_has_a_repro_and_back():
@@ -64,7 +65,14 @@ def test_every_cpu_entry_has_a_repro_and_back():
 
 def _env() -> dict:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", PYTHONWARNINGS="ignore")
-    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCH_DISTRIBUTED_DEBUG"):
+    for k in (
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "TORCH_DISTRIBUTED_DEBUG",
+    ):
         env.pop(k, None)
     return env
 
@@ -75,10 +83,24 @@ def start_group(module: str, world: int, device: str, out: Path) -> subprocess.P
     if world == 1:
         cmd = [sys.executable, harness, *args]
     else:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               f"--nproc-per-node={world}", harness, *args]
-    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env=_env(), cwd=HERE, start_new_session=True)
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={world}",
+            harness,
+            *args,
+        ]
+    return subprocess.Popen(
+        cmd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+        cwd=HERE,
+        start_new_session=True,
+    )
 
 
 def collect_group(proc: subprocess.Popen, world: int, out: Path, deadline: float) -> dict:
@@ -97,7 +119,9 @@ def collect_group(proc: subprocess.Popen, world: int, out: Path, deadline: float
             for k, v in json.loads(f.read_text()).items():
                 merged[k].append(v)
     if not merged:
-        merged["__launch__"].append({"text": f"exit {proc.returncode}: {err[-2000:]}", "traceback": ""})
+        merged["__launch__"].append(
+            {"text": f"exit {proc.returncode}: {err[-2000:]}", "traceback": ""}
+        )
     return merged
 
 
@@ -142,7 +166,9 @@ def test_message_matches_torch(entry, printed):
     texts = [r["text"] for r in got]
     assert any(catalog.matches(entry.message, t) for t in texts), (
         f"{entry.where}: torch {__import__('torch').__version__} printed\n"
-        + "\n---\n".join(t[:1500] for t in texts) + f"\nbut the catalog says\n{entry.message}")
+        + "\n---\n".join(t[:1500] for t in texts)
+        + f"\nbut the catalog says\n{entry.message}"
+    )
 
 
 def test_matcher_rejects_a_changed_message():
@@ -157,7 +183,7 @@ def test_matcher_rejects_a_changed_message():
 @pytest.fixture(scope="module")
 def index(built_data):
     os.environ["FSDP_SKILL_DATA_DIR"] = str(built_data)
-    from fsdp_skill.search import open_fresh
+    from fsdp_skill.search.engine import open_fresh
 
     idx = open_fresh(ROOT)
     yield idx
@@ -165,10 +191,13 @@ def index(built_data):
 
 
 def _rank_of(index, entry, query: str) -> int | None:
-    from fsdp_skill.search import search
+    from fsdp_skill.search.engine import search
 
     for r in search(index, query, k=10):
-        if r["url"].split("#")[0].endswith(str(entry.path.relative_to(ROOT))) and r["title"] == entry.heading:
+        if (
+            r["url"].split("#")[0].endswith(str(entry.path.relative_to(ROOT)))
+            and r["title"] == entry.heading
+        ):
             return r["rank"]
     return None
 
@@ -183,5 +212,7 @@ def test_pasted_tracebacks_find_their_entry(printed, index):
             ranks[entry.id] = _rank_of(index, entry, got[0]["traceback"] or got[0]["text"])
     first = [i for i, r in ranks.items() if r == 1]
     misses = {i: r for i, r in ranks.items() if r != 1}
-    assert ranks and len(first) / len(ranks) >= 0.9, f"top-1 for {len(first)}/{len(ranks)}; others: {misses}"
+    assert ranks and len(first) / len(ranks) >= 0.9, (
+        f"top-1 for {len(first)}/{len(ranks)}; others: {misses}"
+    )
     assert all(r is not None and r <= 3 for r in ranks.values()), f"not in the top 3: {misses}"

@@ -1,7 +1,6 @@
 """Fixtures for the example-script tests (helpers live in example_helpers.py)."""
 
 import pytest
-
 from example_helpers import CUDA_GPUS
 
 

@@ -53,26 +53,41 @@ class Result:
                     continue
                 if "script" in rec:
                     return rec
-        raise AssertionError(f"no JSON summary in output:\n{self.stdout[-3000:]}\n{self.stderr[-3000:]}")
+        raise AssertionError(
+            f"no JSON summary in output:\n{self.stdout[-3000:]}\n{self.stderr[-3000:]}"
+        )
 
     @property
     def probes(self) -> list[dict]:
         """probe.py's per-rank records, ordered by rank (see run_probe)."""
-        assert self.probe_records, f"no probe records:\n{self.stdout[-3000:]}\n{self.stderr[-3000:]}"
+        assert self.probe_records, (
+            f"no probe records:\n{self.stdout[-3000:]}\n{self.stderr[-3000:]}"
+        )
         return self.probe_records
 
-    def check(self) -> "Result":
-        assert self.returncode == 0, f"exit {self.returncode}\n{self.stdout[-3000:]}\n{self.stderr[-5000:]}"
+    def check(self) -> Result:
+        assert self.returncode == 0, (
+            f"exit {self.returncode}\n{self.stdout[-3000:]}\n{self.stderr[-5000:]}"
+        )
         return self
 
 
 def example_env(extra: dict | None = None) -> dict:
     env = dict(os.environ)
     # One thread per rank: 2 ranks on a 2-core CI box must not oversubscribe.
-    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1",
-               PYTHONDONTWRITEBYTECODE="1")
-    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
-              "TORCHELASTIC_RESTART_COUNT", "GROUP_RANK", "LOCAL_WORLD_SIZE"):
+    env.update(
+        OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1"
+    )
+    for k in (
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "TORCHELASTIC_RESTART_COUNT",
+        "GROUP_RANK",
+        "LOCAL_WORLD_SIZE",
+    ):
         env.pop(k, None)
     if extra:
         env.update(extra)
@@ -95,14 +110,21 @@ def kill(proc: subprocess.Popen) -> None:
         proc.communicate()
 
 
-def finish(proc: subprocess.Popen, timeout: float = LAUNCH_TIMEOUT_S) -> "Result":
+def finish(proc: subprocess.Popen, timeout: float = LAUNCH_TIMEOUT_S) -> Result:
     out, err = _communicate(proc, timeout)
     return Result(proc.returncode, out, err)
 
 
 def start(cmd: list[str], env: dict | None = None, cwd: Path | None = None) -> subprocess.Popen:
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=example_env(env), cwd=cwd or ROOT, start_new_session=True)
+    return subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=example_env(env),
+        cwd=cwd or ROOT,
+        start_new_session=True,
+    )
 
 
 def free_port() -> int:
@@ -111,17 +133,41 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def torchrun_cmd(script: str, nproc: int, args: list[str], torchrun_args: list[str] | None = None) -> list[str]:
+def torchrun_cmd(
+    script: str, nproc: int, args: list[str], torchrun_args: list[str] | None = None
+) -> list[str]:
     rdzv = torchrun_args if torchrun_args is not None else ["--standalone"]
-    return [sys.executable, "-m", "torch.distributed.run", *rdzv, f"--nproc-per-node={nproc}",
-            str(SCRIPTS / script), *args]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        *rdzv,
+        f"--nproc-per-node={nproc}",
+        str(SCRIPTS / script),
+        *args,
+    ]
 
 
-def run_probe(script: str, nproc: int = 2, args: list[str] = (), *, device: str = "cpu",
-              env: dict | None = None, timeout: float = LAUNCH_TIMEOUT_S) -> Result:
+def run_probe(
+    script: str,
+    nproc: int = 2,
+    args: list[str] = (),
+    *,
+    device: str = "cpu",
+    env: dict | None = None,
+    timeout: float = LAUNCH_TIMEOUT_S,
+) -> Result:
     """Like run_torchrun, with probe.py's instruments around the example (see probe.py)."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-           str(PROBE), Path(script).stem, *script_args(list(args), device)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        str(PROBE),
+        Path(script).stem,
+        *script_args(list(args), device),
+    ]
     with tempfile.TemporaryDirectory() as out:
         res = finish(start(cmd, {**(env or {}), "PROBE_OUT": out}), timeout)
         records = [json.loads(f.read_text()) for f in Path(out).glob("rank*.json")]
@@ -134,7 +180,8 @@ def hidden_numpy_env(folder: Path) -> dict:
     stub = folder / "numpy"
     stub.mkdir(parents=True, exist_ok=True)
     (stub / "__init__.py").write_text(
-        'raise ModuleNotFoundError("No module named \'numpy\' (hidden by the test)", name="numpy")\n')
+        'raise ModuleNotFoundError("No module named \'numpy\' (hidden by the test)", name="numpy")\n'
+    )
     return {"PYTHONPATH": str(folder)}
 
 
@@ -149,15 +196,34 @@ def script_args(args: list[str], device: str) -> list[str]:
     return ["--device", device, "--timeout-s", str(SCRIPT_TIMEOUT_S), *args]
 
 
-def run_torchrun(script: str, nproc: int = 2, args: list[str] = (), *, device: str = "cpu",
-                 torchrun_args: list[str] | None = None, env: dict | None = None,
-                 timeout: float = LAUNCH_TIMEOUT_S) -> Result:
-    return finish(start(torchrun_cmd(script, nproc, script_args(list(args), device), torchrun_args), env), timeout)
+def run_torchrun(
+    script: str,
+    nproc: int = 2,
+    args: list[str] = (),
+    *,
+    device: str = "cpu",
+    torchrun_args: list[str] | None = None,
+    env: dict | None = None,
+    timeout: float = LAUNCH_TIMEOUT_S,
+) -> Result:
+    return finish(
+        start(torchrun_cmd(script, nproc, script_args(list(args), device), torchrun_args), env),
+        timeout,
+    )
 
 
-def run_python(script: str, args: list[str] = (), *, device: str = "cpu", env: dict | None = None,
-               timeout: float = LAUNCH_TIMEOUT_S) -> Result:
-    return finish(start([sys.executable, str(SCRIPTS / script), *script_args(list(args), device)], env), timeout)
+def run_python(
+    script: str,
+    args: list[str] = (),
+    *,
+    device: str = "cpu",
+    env: dict | None = None,
+    timeout: float = LAUNCH_TIMEOUT_S,
+) -> Result:
+    return finish(
+        start([sys.executable, str(SCRIPTS / script), *script_args(list(args), device)], env),
+        timeout,
+    )
 
 
 def load_script(name: str):
@@ -167,9 +233,19 @@ def load_script(name: str):
     return importlib.import_module(name)
 
 
-def reference_lm(steps: int, dp_world: int, *, seed: int = 0, batch_size: int = 4, accum: int = 1,
-                 lr: float = 1e-2, max_norm: float | None = 1.0, start_step: int = 0,
-                 model=None, opt=None):
+def reference_lm(
+    steps: int,
+    dp_world: int,
+    *,
+    seed: int = 0,
+    batch_size: int = 4,
+    accum: int = 1,
+    lr: float = 1e-2,
+    max_norm: float | None = 1.0,
+    start_step: int = 0,
+    model=None,
+    opt=None,
+):
     """Train the examples' transformer in one process on every dp rank's batches.
 
     Data parallelism averages gradients over dp ranks, so each rank's loss is
@@ -202,13 +278,19 @@ def reference_lm(steps: int, dp_world: int, *, seed: int = 0, batch_size: int = 
 def assert_one_line_error(res: Result, *needles: str) -> None:
     """A bad launch: non-zero exit, our one-line 'error:' message, no traceback from the script."""
     assert res.returncode != 0, res.stdout[-2000:]
-    lines = [ln for ln in res.stderr.splitlines() if "error: " in ln and not ln.startswith(("E", "W", "I"))]
+    lines = [
+        ln
+        for ln in res.stderr.splitlines()
+        if "error: " in ln and not ln.startswith(("E", "W", "I"))
+    ]
     assert lines, res.stderr[-3000:]
     for needle in needles:
         assert any(needle in ln for ln in lines), (needle, lines)
     # torchrun's own agent prints a ChildFailedError trace; the script itself must not.
     assert f'File "{SCRIPTS}' not in res.stderr, res.stderr[-3000:]
-    assert "Traceback" not in "\n".join(ln for ln in res.stderr.splitlines() if ln.startswith("[rank"))
+    assert "Traceback" not in "\n".join(
+        ln for ln in res.stderr.splitlines() if ln.startswith("[rank")
+    )
 
 
 def read_safetensors(path) -> dict:
@@ -218,12 +300,14 @@ def read_safetensors(path) -> dict:
     dtypes = {"F32": np.float32, "F16": np.float16, "I64": np.int64}
     raw = Path(path).read_bytes()
     n = int.from_bytes(raw[:8], "little")
-    header = json.loads(raw[8:8 + n])
+    header = json.loads(raw[8 : 8 + n])
     base = 8 + n
     out = {}
     for name, meta in header.items():
         if name == "__metadata__":
             continue
         lo, hi = meta["data_offsets"]
-        out[name] = np.frombuffer(raw[base + lo:base + hi], dtype=dtypes[meta["dtype"]]).reshape(meta["shape"])
+        out[name] = np.frombuffer(raw[base + lo : base + hi], dtype=dtypes[meta["dtype"]]).reshape(
+            meta["shape"]
+        )
     return out

@@ -20,21 +20,25 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
+import _dist_common as common  # noqa: E402
+import fsdp2_train  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
 from torch.distributed.fsdp import MixedPrecisionPolicy, OffloadPolicy  # noqa: E402
 from torch.distributed.tensor import DTensor  # noqa: E402
 
-import _dist_common as common  # noqa: E402
-import fsdp2_train  # noqa: E402
-
 NCCL_LIKE = "cuda:gloo"  # one backend, bound to a device type the tensors are not on
 
 
 def clip_once(tag: str, spec: str, store, rank: int, world: int) -> str:
-    dist.init_process_group(spec, store=dist.PrefixStore(tag, store), rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=30))
+    dist.init_process_group(
+        spec,
+        store=dist.PrefixStore(tag, store),
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=30),
+    )
     try:
         mesh = init_device_mesh("cpu", (world,))
         with torch.device("meta"):
@@ -42,8 +46,13 @@ def clip_once(tag: str, spec: str, store, rank: int, world: int) -> str:
         fsdp2_train.apply_fsdp(model, mesh, MixedPrecisionPolicy(), OffloadPolicy(), True)
         model.to_empty(device="cpu")
         for p in model.parameters():
-            p.grad = DTensor.from_local(torch.ones_like(p.to_local()), p.device_mesh, p.placements,
-                                        shape=p.shape, stride=p.stride())
+            p.grad = DTensor.from_local(
+                torch.ones_like(p.to_local()),
+                p.device_mesh,
+                p.placements,
+                shape=p.shape,
+                stride=p.stride(),
+            )
         try:
             norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             return f"norm {norm.full_tensor().item():.6f} of {sum(p.numel() for p in model.parameters())}"

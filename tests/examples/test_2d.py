@@ -3,7 +3,6 @@ losses equal a single process, every local shard equals the same slice of a
 replicated reference, and a mesh that does not fit the world size is a one-line error."""
 
 import pytest
-
 from example_helpers import CUDA_GPUS, assert_one_line_error, reference_lm, run_torchrun, tolerance
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
@@ -26,9 +25,13 @@ def _run(script, world, device):
     s = run_torchrun(script, world, args, device=device).check().summary
     mesh, dp_world = CASES[(script, world)]
     assert s["world_size"] == world and s["mesh"] == mesh
-    assert s["losses"] == pytest.approx(reference_lm(STEPS, dp_world, max_norm=MAX_NORM)[0], **tolerance(device))
+    assert s["losses"] == pytest.approx(
+        reference_lm(STEPS, dp_world, max_norm=MAX_NORM)[0], **tolerance(device)
+    )
     assert min(s["grad_norms"]) > MAX_NORM
-    assert s["losses"] != pytest.approx(reference_lm(STEPS, dp_world, max_norm=None)[0], rel=1e-5, abs=1e-5)
+    assert s["losses"] != pytest.approx(
+        reference_lm(STEPS, dp_world, max_norm=None)[0], rel=1e-5, abs=1e-5
+    )
     assert s["parity"]["grad"] < 1e-5
     assert s["parity"]["param"] < 5e-5
     return s
@@ -50,10 +53,21 @@ def test_2d_parity_cuda(script, world):
     _run(script, world, "cuda")
 
 
-@pytest.mark.parametrize("script,flags,needle", [
-    ("hsdp_train.py", ["--shard-degree", "4"], "dp_replicate=1 x dp_shard=4 needs 4 ranks, but the world size is 2"),
-    ("tp_fsdp_train.py", ["--dp-degree", "2", "--tp-degree", "2"], "dp=2 x tp=2 needs 4 ranks, but the world size is 2"),
-])
+@pytest.mark.parametrize(
+    "script,flags,needle",
+    [
+        (
+            "hsdp_train.py",
+            ["--shard-degree", "4"],
+            "dp_replicate=1 x dp_shard=4 needs 4 ranks, but the world size is 2",
+        ),
+        (
+            "tp_fsdp_train.py",
+            ["--dp-degree", "2", "--tp-degree", "2"],
+            "dp=2 x tp=2 needs 4 ranks, but the world size is 2",
+        ),
+    ],
+)
 def test_2d_mesh_mismatch_is_one_line_error(script, flags, needle):
     res = run_torchrun(script, 2, flags, timeout=90)
     assert_one_line_error(res, needle)

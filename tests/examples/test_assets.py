@@ -6,9 +6,8 @@ import subprocess
 
 import pytest
 import yaml
-from torch.distributed.run import get_args_parser
-
 from example_helpers import ROOT, SCRIPTS, load_script
+from torch.distributed.run import get_args_parser
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -46,25 +45,33 @@ def test_slurm_template_parses(monkeypatch):
     subprocess.run(["bash", "-n", str(SLURM)], check=True)
     text = SLURM.read_text()
     assert "#SBATCH --nodes=" in text and "srun" in text
-    body = text[text.index("exec torchrun"):]
-    body = body[:body.index("\n'")]
+    body = text[text.index("exec torchrun") :]
+    body = body[: body.index("\n'")]
     # Replace shell expansions with plausible values, then split like the shell would.
     values = {"GPUS_PER_NODE": "8", "head_node": "node-001", "RDZV_PORT": "29400"}
-    body = re.sub(r'"\'"(.*?)"\'"', lambda m: re.sub(r"\$(\w+)", lambda v: values[v.group(1)], m.group(1)), body)
+    body = re.sub(
+        r'"\'"(.*?)"\'"',
+        lambda m: re.sub(r"\$(\w+)", lambda v: values[v.group(1)], m.group(1)),
+        body,
+    )
     body = re.sub(r'"\$[A-Za-z_]+"', "1", body.replace("\\\n", " "))
     tokens = shlex.split(body)[2:]  # drop "exec torchrun"
     check_torchrun_args(tokens)
     assert tokens[tokens.index("--nproc-per-node") + 1] == "8"
     assert tokens[tokens.index("--rdzv-endpoint") + 1] == "node-001:29400"
     i = next(i for i, t in enumerate(tokens) if t.endswith(".py"))
-    check_script_args(tokens[i], tokens[i + 1:], monkeypatch)
+    check_script_args(tokens[i], tokens[i + 1 :], monkeypatch)
 
 
 def test_slurm_template_follows_the_launch_guide():
     """The points launching.md makes about launching under SLURM."""
     text = SLURM.read_text()
-    code = "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("#") or ln.startswith("#SBATCH"))
-    body = code[code.index("exec torchrun"):]
+    code = "\n".join(
+        ln
+        for ln in text.splitlines()
+        if not ln.lstrip().startswith("#") or ln.startswith("#SBATCH")
+    )
+    body = code[code.index("exec torchrun") :]
     # c10d assigns the ranks; torchrun warns about and ignores --node-rank.
     assert "--node-rank" not in body and "--rdzv-backend c10d" in body
     # The endpoint is the first node's hostname from scontrol, not an address lookup.
@@ -92,12 +99,16 @@ def test_k8s_pytorchjob_parses(monkeypatch):
     for spec in specs.values():
         (container,) = spec["template"]["spec"]["containers"]
         assert container["name"] == "pytorch" and container["command"] == ["torchrun"]
-        args = [re.sub(r"\$\((\w+)\)", lambda m: {"MASTER_ADDR": "10.0.0.1"}.get(m.group(1), "23456"), a)
-                for a in container["args"]]
+        args = [
+            re.sub(
+                r"\$\((\w+)\)", lambda m: {"MASTER_ADDR": "10.0.0.1"}.get(m.group(1), "23456"), a
+            )
+            for a in container["args"]
+        ]
         check_torchrun_args(args)
         assert f"--nnodes={nodes}" in args
         i = next(i for i, t in enumerate(args) if t.endswith(".py"))
-        check_script_args(args[i], args[i + 1:], monkeypatch)
+        check_script_args(args[i], args[i + 1 :], monkeypatch)
 
 
 def test_templates_reject_a_misspelt_flag(monkeypatch):

@@ -3,8 +3,14 @@ an async save, and a full safetensors export for a non-distributed consumer."""
 
 import pytest
 import torch
-
-from example_helpers import assert_one_line_error, read_safetensors, reference_lm, run_python, run_torchrun, tolerance
+from example_helpers import (
+    assert_one_line_error,
+    read_safetensors,
+    reference_lm,
+    run_python,
+    run_torchrun,
+    tolerance,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
@@ -16,12 +22,44 @@ def test_dcp_reshard_round_trip(tmp_path, device):
     a, b, c = (str(tmp_path / n) for n in "abc")
     export = tmp_path / "model.safetensors"
 
-    sa = run_torchrun("dcp_checkpoint.py", 2, ["--steps", "3", "--save", a, *CLIP], device=device).check().summary
-    sb = run_python("dcp_checkpoint.py", ["--load", a, "--steps", "2", "--save", b, *CLIP],
-                    device=device).check().summary
-    sc = run_torchrun("dcp_checkpoint.py", 2, ["--load", b, "--steps", "4", "--save", c, "--async-save",
-                                               "--export-full", str(export), *CLIP], device=device).check().summary
-    sd = run_python("dcp_checkpoint.py", ["--load", c, "--steps", "1", *CLIP], device=device).check().summary
+    sa = (
+        run_torchrun("dcp_checkpoint.py", 2, ["--steps", "3", "--save", a, *CLIP], device=device)
+        .check()
+        .summary
+    )
+    sb = (
+        run_python(
+            "dcp_checkpoint.py", ["--load", a, "--steps", "2", "--save", b, *CLIP], device=device
+        )
+        .check()
+        .summary
+    )
+    sc = (
+        run_torchrun(
+            "dcp_checkpoint.py",
+            2,
+            [
+                "--load",
+                b,
+                "--steps",
+                "4",
+                "--save",
+                c,
+                "--async-save",
+                "--export-full",
+                str(export),
+                *CLIP,
+            ],
+            device=device,
+        )
+        .check()
+        .summary
+    )
+    sd = (
+        run_python("dcp_checkpoint.py", ["--load", c, "--steps", "1", *CLIP], device=device)
+        .check()
+        .summary
+    )
 
     assert (sa["world_size"], sb["world_size"], sc["world_size"]) == (2, 1, 2)
     assert (sb["start_step"], sc["start_step"], sd["start_step"]) == (3, 5, 7)

@@ -3,7 +3,6 @@
 import pytest
 import torch
 import torch.nn.functional as F
-
 from example_helpers import load_script, run_python, run_torchrun
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
@@ -33,7 +32,16 @@ def reference_losses(world: int) -> list[float]:
     return losses
 
 
-ARGS = ["--steps", str(STEPS), "--batch-size", str(BS), "--accum-steps", str(ACCUM), "--lr", str(LR)]
+ARGS = [
+    "--steps",
+    str(STEPS),
+    "--batch-size",
+    str(BS),
+    "--accum-steps",
+    str(ACCUM),
+    "--lr",
+    str(LR),
+]
 
 
 @pytest.mark.parametrize("static_graph", [False, True])

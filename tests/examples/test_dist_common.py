@@ -8,21 +8,31 @@ import sys
 import pytest
 import torch
 import torch.distributed as dist
-
-from example_helpers import ROOT, SCRIPTS, assert_one_line_error, example_env, hidden_numpy_env, load_script, run_python
+from example_helpers import (
+    ROOT,
+    SCRIPTS,
+    assert_one_line_error,
+    example_env,
+    hidden_numpy_env,
+    load_script,
+    run_python,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 common = load_script("_dist_common")
 
 
-@pytest.mark.parametrize("spec,want", [
-    ("nccl", "cuda:nccl,cpu:gloo"),           # torchtitan's choice for CPU offload
-    ("cuda:gloo", "cuda:gloo,cpu:gloo"),      # the CPU emulation of "nccl"
-    ("xccl", "xpu:xccl,cpu:gloo"),
-    ("gloo", "gloo"),                         # already serves CPU
-    ("cpu:gloo,cuda:nccl", "cpu:gloo,cuda:nccl"),
-])
+@pytest.mark.parametrize(
+    "spec,want",
+    [
+        ("nccl", "cuda:nccl,cpu:gloo"),  # torchtitan's choice for CPU offload
+        ("cuda:gloo", "cuda:gloo,cpu:gloo"),  # the CPU emulation of "nccl"
+        ("xccl", "xpu:xccl,cpu:gloo"),
+        ("gloo", "gloo"),  # already serves CPU
+        ("cpu:gloo,cuda:nccl", "cpu:gloo,cuda:nccl"),
+    ],
+)
 def test_with_cpu_backend(spec, want):
     assert common.with_cpu_backend(spec) == want
 
@@ -43,11 +53,14 @@ class _Exited(Exception):
     pass
 
 
-@pytest.mark.parametrize("gloo,clean_env,hard_exit", [
-    (True, None, True),      # gloo's teardown can abort a finished rank: skip it
-    (False, None, False),    # NCCL-only: a normal exit, atexit handlers run
-    (True, "1", False),      # asked for a normal exit
-])
+@pytest.mark.parametrize(
+    "gloo,clean_env,hard_exit",
+    [
+        (True, None, True),  # gloo's teardown can abort a finished rank: skip it
+        (False, None, False),  # NCCL-only: a normal exit, atexit handlers run
+        (True, "1", False),  # asked for a normal exit
+    ],
+)
 def test_hard_exit_only_after_gloo(monkeypatch, gloo, clean_env, hard_exit):
     calls = []
 
@@ -82,10 +95,13 @@ torch.get_float32_matmul_precision(), torch.backends.cuda.matmul.allow_tf32  # s
 """
 
 
-@pytest.mark.parametrize("enable", [
-    'torch.set_float32_matmul_precision("high")',         # the legacy API
-    'torch.backends.cuda.matmul.fp32_precision = "tf32"',  # the new one
-])
+@pytest.mark.parametrize(
+    "enable",
+    [
+        'torch.set_float32_matmul_precision("high")',  # the legacy API
+        'torch.backends.cuda.matmul.fp32_precision = "tf32"',  # the new one
+    ],
+)
 def test_exact_fp32_overrides_an_environment_with_tf32(enable):
     # A fresh process each: these switches are global and stick to the interpreter.
     code = TF32_CHECK.format(scripts=str(SCRIPTS), enable=enable)
@@ -110,7 +126,12 @@ def test_tensor_bytes_of_a_view_is_the_view():
     base = torch.arange(10, dtype=torch.float32)
     view = base[3:7]
     assert len(common.tensor_bytes(view)) == 16
-    assert torch.frombuffer(bytearray(common.tensor_bytes(view)), dtype=torch.float32).tolist() == [3, 4, 5, 6]
+    assert torch.frombuffer(bytearray(common.tensor_bytes(view)), dtype=torch.float32).tolist() == [
+        3,
+        4,
+        5,
+        6,
+    ]
     assert common.tensor_bytes(torch.empty(0)) == b""
 
 
@@ -146,8 +167,14 @@ def test_checkpoint_helpers_without_numpy(tmp_path):
     """state_digest and the safetensors export need torch only (they used .numpy())."""
     out = tmp_path / "model.safetensors"
     env = example_env(hidden_numpy_env(tmp_path / "hide"))
-    res = subprocess.run([sys.executable, "-c", CHECKPOINT_HELPERS, str(out)], capture_output=True,
-                         text=True, env=env, cwd=ROOT, timeout=180)
+    res = subprocess.run(
+        [sys.executable, "-c", CHECKPOINT_HELPERS, str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=180,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     digest = next(ln.split()[1] for ln in res.stdout.splitlines() if ln.startswith("DIGEST"))
     assert len(digest) == 64
@@ -163,6 +190,8 @@ def test_checkpoint_helpers_without_numpy(tmp_path):
 def test_dcp_without_numpy_is_one_line(tmp_path):
     """dcp.save itself needs numpy in torch 2.13 (its plans travel through gather_object,
     which unpickles via Tensor.numpy()): say so in one line, before any work."""
-    res = run_python("dcp_checkpoint.py", ["--save", str(tmp_path / "ckpt")], env=hidden_numpy_env(tmp_path))
+    res = run_python(
+        "dcp_checkpoint.py", ["--save", str(tmp_path / "ckpt")], env=hidden_numpy_env(tmp_path)
+    )
     assert_one_line_error(res, "numpy is needed for dcp.save and dcp.load")
     assert res.returncode == 2

@@ -5,8 +5,16 @@ on two nodes (two torchrun agents), where the agents disagree on the restart cou
 import os
 
 import pytest
-
-from example_helpers import finish, free_port, kill, reference_lm, run_torchrun, script_args, start, torchrun_cmd
+from example_helpers import (
+    finish,
+    free_port,
+    kill,
+    reference_lm,
+    run_torchrun,
+    script_args,
+    start,
+    torchrun_cmd,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
@@ -16,8 +24,17 @@ MAX_NORM = 0.1
 
 
 def _args(ckpt, *extra):
-    return ["--ckpt-dir", str(ckpt), "--steps", str(STEPS), "--ckpt-every", str(EVERY),
-            "--max-norm", str(MAX_NORM), *extra]
+    return [
+        "--ckpt-dir",
+        str(ckpt),
+        "--steps",
+        str(STEPS),
+        "--ckpt-every",
+        str(EVERY),
+        "--max-norm",
+        str(MAX_NORM),
+        *extra,
+    ]
 
 
 def _run(ckpt, *extra, restarts=0):
@@ -29,7 +46,9 @@ def _run(ckpt, *extra, restarts=0):
 def uninterrupted(tmp_path_factory):
     s = _run(tmp_path_factory.mktemp("clean") / "ckpt").check().summary
     assert s["restart_count"] == 0 and s["resumed_from"] is None and s["launch"] == 1
-    assert s["losses"] == pytest.approx(reference_lm(STEPS, 2, max_norm=MAX_NORM)[0], rel=1e-5, abs=1e-5)
+    assert s["losses"] == pytest.approx(
+        reference_lm(STEPS, 2, max_norm=MAX_NORM)[0], rel=1e-5, abs=1e-5
+    )
     return s
 
 
@@ -69,8 +88,13 @@ def test_two_nodes_restart_together(tmp_path, uninterrupted):
     args = script_args(_args(ckpt, "--fail-at-step", "4", "--fail-hang-s", "60"), "cpu")
     procs = []
     for _ in range(2):
-        rdzv = ["--nnodes=2", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
-                "--rdzv-id=elastic-two-nodes", "--max-restarts=1"]
+        rdzv = [
+            "--nnodes=2",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint=127.0.0.1:{port}",
+            "--rdzv-id=elastic-two-nodes",
+            "--max-restarts=1",
+        ]
         procs.append(start(torchrun_cmd("elastic_resume.py", 1, args, rdzv)))
     try:
         results = [finish(p) for p in procs]

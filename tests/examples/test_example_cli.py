@@ -2,13 +2,20 @@
 
 import pytest
 import torch
-
 from example_helpers import SCRIPTS, assert_one_line_error, load_script, run_python
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
-EXAMPLES = ["ddp_train", "join_uneven", "fsdp2_train", "fsdp1_train", "dcp_checkpoint",
-            "hsdp_train", "tp_fsdp_train", "elastic_resume"]
+EXAMPLES = [
+    "ddp_train",
+    "join_uneven",
+    "fsdp2_train",
+    "fsdp1_train",
+    "dcp_checkpoint",
+    "hsdp_train",
+    "tp_fsdp_train",
+    "elastic_resume",
+]
 
 
 def _call(name, argv, monkeypatch):
@@ -34,11 +41,14 @@ def test_help(name, monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("name", ["ddp_train", "fsdp2_train", "hsdp_train"])
-@pytest.mark.parametrize("flags,needle", [
-    (["--backend", "carrier-pigeon"], "unknown backend 'carrier-pigeon'"),
-    (["--backend", "mpi"], "backend 'mpi' is not available"),
-    (["--device", "cuda"], "device 'cuda' is not available"),
-])
+@pytest.mark.parametrize(
+    "flags,needle",
+    [
+        (["--backend", "carrier-pigeon"], "unknown backend 'carrier-pigeon'"),
+        (["--backend", "mpi"], "backend 'mpi' is not available"),
+        (["--device", "cuda"], "device 'cuda' is not available"),
+    ],
+)
 def test_bad_backend_or_device_is_one_line(name, flags, needle, monkeypatch, capsys):
     if "cuda" in flags and torch.cuda.is_available():
         pytest.skip("a GPU is present")

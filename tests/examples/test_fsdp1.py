@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-
 from example_helpers import reference_lm, run_torchrun, tolerance
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
@@ -14,8 +13,18 @@ MAX_NORM = 0.1  # below every norm here, so FSDP1's own clip_grad_norm_ acts eac
 @pytest.mark.parametrize("strategy", ["FULL_SHARD", "SHARD_GRAD_OP"])
 def test_fsdp1_matches_reference(device, strategy, tmp_path):
     full = tmp_path / "full.pt"
-    args = ["--steps", str(STEPS), "--sharding-strategy", strategy, "--mixed-precision", "off",
-            "--max-norm", str(MAX_NORM), "--save-full", str(full)]
+    args = [
+        "--steps",
+        str(STEPS),
+        "--sharding-strategy",
+        strategy,
+        "--mixed-precision",
+        "off",
+        "--max-norm",
+        str(MAX_NORM),
+        "--save-full",
+        str(full),
+    ]
     s = run_torchrun("fsdp1_train.py", 2, args, device=device).check().summary
     assert (s["mixed_precision"], s["param_dtype"]) == ("off", "float32")
     ref_losses, ref_model, _ = reference_lm(STEPS, 2, max_norm=MAX_NORM)

@@ -8,10 +8,21 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from example_helpers import (assert_one_line_error, finish, free_port, hidden_numpy_env, kill,
-                             load_script, reference_lm, run_probe, run_python, script_args,
-                             start, tolerance, torchrun_cmd)
+from example_helpers import (
+    assert_one_line_error,
+    finish,
+    free_port,
+    hidden_numpy_env,
+    kill,
+    load_script,
+    reference_lm,
+    run_probe,
+    run_python,
+    script_args,
+    start,
+    tolerance,
+    torchrun_cmd,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
@@ -62,23 +73,40 @@ def test_fsdp2_parity_two_ranks(device):
     assert s["parity"]["grad"] < 1e-5
     assert s["parity"]["param"] < 1e-5
     for probe in res.probes:
-        assert effects(probe, accum=2) == {"block_forwards": {2.0}, "block_gathers": {2.0},
-                                           "reduce_scatters": {1}, "prefetched": True}
+        assert effects(probe, accum=2) == {
+            "block_forwards": {2.0},
+            "block_gathers": {2.0},
+            "reduce_scatters": {1},
+            "prefetched": True,
+        }
         assert probe["param_dtype"] == ["float32"]
 
 
 def test_fsdp2_variants_no_ac_no_prefetch_no_reshard():
     """The negative of the test above: each feature off (accumulation broken on purpose by
     the probe) changes its effect, yet not one loss, which is why effects are checked."""
-    args = ARGS + ["--no-ac", "--no-prefetch", "--no-reshard-after-forward", "--accum-steps", "2",
-                   "--max-norm", str(MAX_NORM)]
-    res = run_probe("fsdp2_train.py", 2, args, env={"PROBE_TF32": "1", "PROBE_MUTATE": "sync-every-micro"})
+    args = ARGS + [
+        "--no-ac",
+        "--no-prefetch",
+        "--no-reshard-after-forward",
+        "--accum-steps",
+        "2",
+        "--max-norm",
+        str(MAX_NORM),
+    ]
+    res = run_probe(
+        "fsdp2_train.py", 2, args, env={"PROBE_TF32": "1", "PROBE_MUTATE": "sync-every-micro"}
+    )
     s = res.check().summary
     ref = reference_lm(STEPS, 2, accum=2, max_norm=MAX_NORM)[0]
     assert s["losses"] == pytest.approx(ref, **TOL)
     for probe in res.probes:
-        assert effects(probe, accum=2) == {"block_forwards": {1.0}, "block_gathers": {1.0},
-                                           "reduce_scatters": {2}, "prefetched": False}
+        assert effects(probe, accum=2) == {
+            "block_forwards": {1.0},
+            "block_gathers": {1.0},
+            "reduce_scatters": {2},
+            "prefetched": False,
+        }
     # Without --check-parity the run keeps the environment's TF32, and says so.
     assert s["fp32_precision"]["cuda_matmul"] == "tf32"
     # An fp32 run does not pass for bf16.
@@ -88,14 +116,22 @@ def test_fsdp2_variants_no_ac_no_prefetch_no_reshard():
 def test_fsdp2_bf16_on_cpu_tracks_fp32():
     res = run_probe("fsdp2_train.py", 2, ["--steps", "3", "--mixed-precision", "bf16"]).check()
     s = res.summary
-    assert (s["mixed_precision"], s["param_dtype"], s["reduce_dtype"]) == ("bf16", "bfloat16", "float32")
+    assert (s["mixed_precision"], s["param_dtype"], s["reduce_dtype"]) == (
+        "bf16",
+        "bfloat16",
+        "float32",
+    )
     assert all(p["param_dtype"] == ["bfloat16"] for p in res.probes)
     assert bf16_visible(s["losses"], reference_lm(3, 2)[0])
 
 
 def test_fsdp2_single_process_without_numpy(tmp_path):
     """Plain python, and no numpy: torch does not install it, and the example needs none."""
-    s = run_python("fsdp2_train.py", ARGS + ["--check-parity"], env=hidden_numpy_env(tmp_path)).check().summary
+    s = (
+        run_python("fsdp2_train.py", ARGS + ["--check-parity"], env=hidden_numpy_env(tmp_path))
+        .check()
+        .summary
+    )
     assert s["world_size"] == 1 and s["launch"] == 1
     assert s["losses"] == pytest.approx(reference_lm(STEPS, 1)[0], **TOL)
     assert s["parity"] == {"grad": 0.0, "loss": 0.0, "param": 0.0}
@@ -128,8 +164,14 @@ def test_offload_clip_needs_a_cpu_backend_emulated():
     """CPU emulation of NCCL + offload (no GPU here): a group whose only backend serves
     another device type, and DTensor gradients in host memory, as CPUOffloadPolicy leaves
     them. Clipping then fails at world size 2; with_cpu_backend's spec fixes it."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-           str(Path(__file__).with_name("offload_clip_emulation.py"))]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        str(Path(__file__).with_name("offload_clip_emulation.py")),
+    ]
     res = finish(start(cmd)).check()
     lines = [ln for ln in res.stdout.splitlines() if ln.startswith("EMULATION ")]
     assert len(lines) == 2, res.stdout[-2000:]
@@ -149,8 +191,12 @@ def test_fsdp2_two_nodes_c10d_rendezvous():
     procs = []
     for _ in range(2):
         # No --node-rank: with c10d the rendezvous assigns ranks (torchrun ignores the flag).
-        rdzv = ["--nnodes=2", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
-                "--rdzv-id=fsdp2-two-nodes"]
+        rdzv = [
+            "--nnodes=2",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint=127.0.0.1:{port}",
+            "--rdzv-id=fsdp2-two-nodes",
+        ]
         procs.append(start(torchrun_cmd("fsdp2_train.py", 1, script_args(ARGS, "cpu"), rdzv)))
     try:
         results = [finish(p) for p in procs]

@@ -3,7 +3,6 @@
 import pytest
 import torch
 import torch.nn.functional as F
-
 from example_helpers import load_script, run_torchrun
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
@@ -38,7 +37,16 @@ def reference(world, counts, owner, throw):
 
 @pytest.mark.parametrize("throw", [False, True])
 def test_join_uneven_inputs(device, throw):
-    args = ["--batches", str(BATCHES), "--extra-per-rank", str(EXTRA), "--batch-size", str(BS), "--lr", str(LR)]
+    args = [
+        "--batches",
+        str(BATCHES),
+        "--extra-per-rank",
+        str(EXTRA),
+        "--batch-size",
+        str(BS),
+        "--lr",
+        str(LR),
+    ]
     if throw:
         args.append("--throw-on-early-termination")
     s = run_torchrun("join_uneven.py", WORLD, args, device=device, timeout=120).check().summary

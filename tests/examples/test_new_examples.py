@@ -21,11 +21,13 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from example_helpers import SCRIPTS, Result, finish, load_script, start
 
-pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning"),
-              pytest.mark.filterwarnings("ignore::FutureWarning")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore::FutureWarning"),
+]
 
 TOL = dict(rel=1e-5, abs=1e-6)
 
@@ -47,9 +49,20 @@ def copy_script(name: str, folder: Path, patch: list[tuple[str, str]] = ()) -> P
     return dst
 
 
-def launch(path: Path, args: list[str], nproc: int = 2, env: dict | None = None, timeout: float = 240) -> Result:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-           str(path), "--device", "cpu", *args]
+def launch(
+    path: Path, args: list[str], nproc: int = 2, env: dict | None = None, timeout: float = 240
+) -> Result:
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        str(path),
+        "--device",
+        "cpu",
+        *args,
+    ]
     return finish(start(cmd, env, cwd=path.parent), timeout)
 
 
@@ -74,8 +87,18 @@ def sha256(sd: dict) -> str:
     return h.hexdigest()
 
 
-def train_reference(mod, model, steps: int, world: int, *, lr: float = 1e-2, batch: int = 4, seed: int = 0,
-                    start: int = 0, opt=None) -> list[float]:
+def train_reference(
+    mod,
+    model,
+    steps: int,
+    world: int,
+    *,
+    lr: float = 1e-2,
+    batch: int = 4,
+    seed: int = 0,
+    start: int = 0,
+    opt=None,
+) -> list[float]:
     """One process, every rank's batch: loss/world per rank before backward, as FSDP averages gradients."""
     opt = opt or torch.optim.AdamW(model.parameters(), lr=lr)
     losses = []
@@ -124,7 +147,11 @@ def check_loaded(mod, s: dict, sd: dict) -> None:
 
 def test_load_pretrained_torch_file(pretrained, tmp_path):
     mod, path, sd = pretrained
-    s = launch(copy_script("fsdp2_load_pretrained", tmp_path), ["--checkpoint", str(path)]).check().summary
+    s = (
+        launch(copy_script("fsdp2_load_pretrained", tmp_path), ["--checkpoint", str(path)])
+        .check()
+        .summary
+    )
     assert s["world_size"] == 2 and s["format"] == "torch" and s["steps"] == 2
     check_loaded(mod, s, sd)
 
@@ -135,7 +162,11 @@ def test_load_pretrained_safetensors(pretrained, tmp_path):
     path = tmp_path / "model.safetensors"
     # Hugging Face's layout: the tied output weight is not stored.
     st.save_file({k: v.contiguous() for k, v in sd.items() if k != "output.weight"}, str(path))
-    s = launch(copy_script("fsdp2_load_pretrained", tmp_path), ["--checkpoint", str(path)]).check().summary
+    s = (
+        launch(copy_script("fsdp2_load_pretrained", tmp_path), ["--checkpoint", str(path)])
+        .check()
+        .summary
+    )
     assert s["format"] == "safetensors"
     check_loaded(mod, s, sd)
 
@@ -143,8 +174,11 @@ def test_load_pretrained_safetensors(pretrained, tmp_path):
 def test_load_pretrained_without_broadcast_fails(pretrained, tmp_path):
     """Negative: without broadcast_from_rank0, ranks 1.. (which read nothing) get no weights."""
     _, path, _ = pretrained
-    broken = copy_script("fsdp2_load_pretrained", tmp_path,
-                         [("broadcast_from_rank0=True", "broadcast_from_rank0=False")])
+    broken = copy_script(
+        "fsdp2_load_pretrained",
+        tmp_path,
+        [("broadcast_from_rank0=True", "broadcast_from_rank0=False")],
+    )
     res = launch(broken, ["--checkpoint", str(path), "--steps", "0"])
     assert res.returncode != 0 and "weights_sha256" not in res.stdout
     assert "state_dict" in res.stderr  # torch: "... but model state_dict is empty"
@@ -184,13 +218,23 @@ def test_compile_matches_eager(tmp_path):
     assert compiled(s), s["compiled_graphs"]
     mod = load_script("fsdp2_compile")
     torch.manual_seed(0)
-    assert s["losses"] == pytest.approx(train_reference(mod, mod.Transformer(), 3, 2, lr=1e-2), **TOL)
+    assert s["losses"] == pytest.approx(
+        train_reference(mod, mod.Transformer(), 3, 2, lr=1e-2), **TOL
+    )
 
 
 def test_compile_result_dropped_is_detected(tmp_path):
     """Negative: torch.compile(block) returns a new module; dropping it compiles nothing."""
-    broken = copy_script("fsdp2_compile", tmp_path, [("block.compile(backend=backend, fullgraph=True)",
-                                                      "torch.compile(block, backend=backend, fullgraph=True)")])
+    broken = copy_script(
+        "fsdp2_compile",
+        tmp_path,
+        [
+            (
+                "block.compile(backend=backend, fullgraph=True)",
+                "torch.compile(block, backend=backend, fullgraph=True)",
+            )
+        ],
+    )
     s = launch(broken, ["--steps", "2"]).check().summary
     assert not compiled(s) and s["compiled_graphs"] == [0, 0]
 
@@ -249,7 +293,9 @@ def test_sampler_without_set_epoch_repeats_the_order():
 @pytest.mark.parametrize("broken", [False, True], ids=["skip", "negative-without-skip"])
 def test_sampler_skip_resumes_mid_epoch(broken):
     """The resume point skips exactly the trained batches; with the skip removed the epoch restarts."""
-    no_skip = [("    sampler.skip = progress.batch_in_epoch * batch_size\n", "    sampler.skip = 0\n")]
+    no_skip = [
+        ("    sampler.skip = progress.batch_in_epoch * batch_size\n", "    sampler.skip = 0\n")
+    ]
     mod = patched_module("data_pipeline", no_skip) if broken else load_script("data_pipeline")
     ds = mod.TokenWindows(mod.synthetic_corpus(40, 4, 16, 0), 4)
     loader, sampler = mod.make_loader(ds, 1, 2, data_args())
@@ -263,7 +309,9 @@ def test_sampler_skip_resumes_mid_epoch(broken):
     assert (rest == whole_epoch[8:]) is not broken
 
 
-def data_reference(mod, epochs: int, world: int, steps_per_epoch: int, lr: float = 1e-2, warmup: int = 2):
+def data_reference(
+    mod, epochs: int, world: int, steps_per_epoch: int, lr: float = 1e-2, warmup: int = 2
+):
     args = data_args(num_workers=0)
     ds = mod.TokenWindows(mod.synthetic_corpus(40, 16, 64, 0), 16)
     loaders = [mod.make_loader(ds, r, world, args) for r in range(world)]
@@ -300,7 +348,11 @@ def test_data_pipeline_resume_is_exact(tmp_path):
 
     # Stopped after 7 steps: epoch 1, two batches in; then the same command again.
     ckpt = tmp_path / "ckpt"
-    first = launch(script, ["--epochs", "2", "--checkpoint-dir", str(ckpt), "--stop-after", "7"]).check().summary
+    first = (
+        launch(script, ["--epochs", "2", "--checkpoint-dir", str(ckpt), "--stop-after", "7"])
+        .check()
+        .summary
+    )
     assert first["stopped"] and first["next_step"] == 7
     second = launch(script, ["--epochs", "2", "--checkpoint-dir", str(ckpt)]).check().summary
     assert second["resumed_from"].endswith("step_000007") and second["next_step"] == 10
@@ -320,7 +372,9 @@ def test_data_pipeline_resume_is_exact(tmp_path):
 def evaluate_reference(model, val_x, val_y) -> float:
     with torch.no_grad():
         logits = model(val_x)
-        return torch.nn.functional.cross_entropy(logits.flatten(0, 1).double(), val_y.flatten()).item()
+        return torch.nn.functional.cross_entropy(
+            logits.flatten(0, 1).double(), val_y.flatten()
+        ).item()
 
 
 def test_eval_and_export(tmp_path):
@@ -334,7 +388,9 @@ def test_eval_and_export(tmp_path):
     exported = torch.load(out / "model.pt", weights_only=True)
     plain = mod.Transformer(**config)
     plain.load_state_dict(exported)
-    assert sha256(exported) == s["export_sha256"], "the file differs from the gathered trained weights"
+    assert sha256(exported) == s["export_sha256"], (
+        "the file differs from the gathered trained weights"
+    )
 
     # Single-process training, evaluated after the same steps (1 and 3).
     torch.manual_seed(0)
@@ -349,7 +405,9 @@ def test_eval_and_export(tmp_path):
     for k, v in ref.state_dict().items():
         torch.testing.assert_close(exported[k], v, rtol=1e-5, atol=1e-6, msg=k)
     assert [e["loss"] for e in s["evals"]] == pytest.approx(ref_evals, **TOL)
-    assert s["evals"][-1]["loss"] == pytest.approx(evaluate_reference(plain, val_x, val_y), rel=1e-6)
+    assert s["evals"][-1]["loss"] == pytest.approx(
+        evaluate_reference(plain, val_x, val_y), rel=1e-6
+    )
 
     for e in s["evals"]:
         assert e["tokens"] == 9 * 16
@@ -364,8 +422,14 @@ def test_eval_and_export(tmp_path):
 def test_export_safetensors(tmp_path):
     st = pytest.importorskip("safetensors.torch", reason="the safetensors package is not installed")
     out = tmp_path / "out"
-    s = launch(copy_script("fsdp2_eval_export", tmp_path),
-               ["--export", str(out), "--format", "safetensors", "--steps", "2"]).check().summary
+    s = (
+        launch(
+            copy_script("fsdp2_eval_export", tmp_path),
+            ["--export", str(out), "--format", "safetensors", "--steps", "2"],
+        )
+        .check()
+        .summary
+    )
     mod = load_script("fsdp2_eval_export")
     plain = mod.Transformer(**json.loads((out / "config.json").read_text()))
     weights = st.load_file(str(out / "model.safetensors"))
@@ -386,14 +450,18 @@ DIAG_ARGS = ["--size-mb", "1", "--iters", "5", "--slow-factor", "0.02"]
 
 def test_diagnose_two_ranks_pass(tmp_path):
     env = {"NCCL_DEBUG": "INFO", "TORCH_SHOW_CPP_STACKTRACES": "1"}
-    res = launch(copy_script("diagnose", tmp_path), DIAG_ARGS + ["--timeout-s", "60"], env=env).check()
+    res = launch(
+        copy_script("diagnose", tmp_path), DIAG_ARGS + ["--timeout-s", "60"], env=env
+    ).check()
     out = res.stdout
     assert "# torch.distributed diagnosis: PASS" in out and "None found." in out
     assert f"| torch | {torch.__version__} |" in out
     assert "2 rank(s) on 1 host(s)" in out and "backend gloo, device cpu" in out
     host = socket.gethostname()
     for r in (0, 1):  # launcher table: rank, host, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR:PORT
-        assert re.search(rf"^\| {r} \| {re.escape(host)} \| {r} \| 2 \| [^|]+:\d+ \| 0 \|$", out, re.M), out
+        assert re.search(
+            rf"^\| {r} \| {re.escape(host)} \| {r} \| 2 \| [^|]+:\d+ \| 0 \|$", out, re.M
+        ), out
     assert "- `NCCL_DEBUG=INFO`" in out and "- `TORCH_SHOW_CPP_STACKTRACES=1`" in out
     for check in ("barrier", "all_reduce", "all_gather", "reduce_scatter"):
         assert f"| {check} | ok |" in out
@@ -415,18 +483,29 @@ def test_diagnose_json_names_wrong_and_slow_rank(tmp_path):
     assert {r["torch"] for r in rep["ranks"]} == {torch.__version__}
     kinds = {p["kind"]: p for p in rep["problems"]}
     assert set(kinds) == {"wrong", "slow"}, rep["problems"]
-    assert kinds["wrong"]["ranks"] == [1] and "all_gather: data from rank 1" in kinds["wrong"]["message"]
+    assert (
+        kinds["wrong"]["ranks"] == [1]
+        and "all_gather: data from rank 1" in kinds["wrong"]["message"]
+    )
     assert kinds["slow"]["ranks"] == [1] and "matmul" in kinds["slow"]["message"]
     assert {c["name"]: c["ok"] for c in rep["checks"]} == {
-        "barrier": True, "all_reduce": True, "all_gather": False, "reduce_scatter": True}
+        "barrier": True,
+        "all_reduce": True,
+        "all_gather": False,
+        "reduce_scatter": True,
+    }
 
 
 def test_diagnose_names_the_rank_that_skips_a_collective(tmp_path):
     """Rank 1 leaves out the all-reduce: rank 0 waits in it, and the report names rank 1 within the timeout."""
     timeout = 5
     t0 = time.monotonic()
-    res = launch(copy_script("diagnose", tmp_path), DIAG_ARGS + ["--timeout-s", str(timeout), "--json"],
-                 env={"DIAGNOSE_TEST_FAULT": "skip:all_reduce:1"}, timeout=120)
+    res = launch(
+        copy_script("diagnose", tmp_path),
+        DIAG_ARGS + ["--timeout-s", str(timeout), "--json"],
+        env={"DIAGNOSE_TEST_FAULT": "skip:all_reduce:1"},
+        timeout=120,
+    )
     elapsed = time.monotonic() - t0
     assert res.returncode != 0
     rep = json.loads(res.stdout.strip().splitlines()[-1])
@@ -437,8 +516,10 @@ def test_diagnose_names_the_rank_that_skips_a_collective(tmp_path):
     assert elapsed < 60 + 2 * timeout, elapsed
 
 
-@pytest.mark.parametrize("name", ["fsdp2_load_pretrained", "fsdp2_compile", "data_pipeline",
-                                  "fsdp2_eval_export", "diagnose"])
+@pytest.mark.parametrize(
+    "name",
+    ["fsdp2_load_pretrained", "fsdp2_compile", "data_pipeline", "fsdp2_eval_export", "diagnose"],
+)
 def test_new_scripts_help_and_one_line_errors(name, capsys):
     mod = load_script(name)
     with pytest.raises(SystemExit) as exc:
@@ -448,4 +529,8 @@ def test_new_scripts_help_and_one_line_errors(name, capsys):
     with pytest.raises(SystemExit) as exc:
         mod.parse_args(["--device", "tpu"])
     err = capsys.readouterr().err.strip().splitlines()
-    assert exc.value.code == 2 and len(err) == 1 and "argument --device: invalid choice: 'tpu'" in err[0], err
+    assert (
+        exc.value.code == 2
+        and len(err) == 1
+        and "argument --device: invalid choice: 'tpu'" in err[0]
+    ), err

@@ -7,6 +7,7 @@ A uniquely named module, and no conftest.py in this folder: the skill tests impo
 from __future__ import annotations
 
 import http.server
+import json
 import os
 import threading
 import time
@@ -28,17 +29,26 @@ PAGE = """<!DOCTYPE html><html><head><meta charset="utf-8"><title>{title} &#8212
 </section></article></main></body></html>
 """
 
-CLIENT = ClientSettings(user_agent="fsdp-skill-fault-tests", min_interval_s=0.0, connect_timeout_s=2.0,
-                        read_timeout_s=0.5, retries=1, backoff_s=0.0, page_deadline_s=20.0,
-                        run_deadline_s=60.0)
+CLIENT = ClientSettings(
+    user_agent="fsdp-skill-fault-tests",
+    min_interval_s=0.0,
+    connect_timeout_s=2.0,
+    read_timeout_s=0.5,
+    retries=1,
+    backoff_s=0.0,
+    page_deadline_s=20.0,
+    run_deadline_s=60.0,
+)
 
 
 def inventory(names, extra_lines: bytes = b"") -> bytes:
     import zlib
 
     body = b"".join(f"torch.fake.{n} py:function 1 {n}.html#$ -\n".encode() for n in names)
-    header = (b"# Sphinx inventory version 2\n# Project: PyTorch\n# Version: 2.13\n"
-              b"# The remainder of this file is compressed using zlib.\n")
+    header = (
+        b"# Sphinx inventory version 2\n# Project: PyTorch\n# Version: 2.13\n"
+        b"# The remainder of this file is compressed using zlib.\n"
+    )
     return header + zlib.compress(body + extra_lines, 9)
 
 
@@ -62,8 +72,9 @@ class Site:
             return inventory(self.names)
         for n in self.names:
             if path == f"/docs/2.13/{n}.html":
-                return PAGE.format(title=f"Page {n}", slug=f"page-{n}", prose=self.prose,
-                                   extra=self.extra, name=n).encode()
+                return PAGE.format(
+                    title=f"Page {n}", slug=f"page-{n}", prose=self.prose, extra=self.extra, name=n
+                ).encode()
         return None
 
     def handler(self):
@@ -99,7 +110,7 @@ class Site:
                         for i in range(len(body)):
                             if site.stop.is_set():
                                 return
-                            self.wfile.write(body[i:i + 1])
+                            self.wfile.write(body[i : i + 1])
                             self.wfile.flush()
                             time.sleep(site.drip_s)
                         return
@@ -118,11 +129,18 @@ def start_site(site: Site):
     server = _Server(("127.0.0.1", 0), site.handler())
     threading.Thread(target=server.serve_forever, daemon=True).start()
     site.url = f"http://127.0.0.1:{server.server_address[1]}/"
-    site.config = replace(parse_config({
-        "version": "2.13", "site_root": "https://docs.pytorch.org/", "docs_base": "docs/{version}/",
-        "tutorials_base": "tutorials/",
-        "pages": [{"page": n, "category": "reference"} for n in site.names],
-    }).with_overrides(base_url=site.url), client=CLIENT)
+    site.config = replace(
+        parse_config(
+            {
+                "version": "2.13",
+                "site_root": "https://docs.pytorch.org/",
+                "docs_base": "docs/{version}/",
+                "tutorials_base": "tutorials/",
+                "pages": [{"page": n, "category": "reference"} for n in site.names],
+            }
+        ).with_overrides(base_url=site.url),
+        client=CLIENT,
+    )
     return server
 
 
@@ -131,18 +149,21 @@ def fake_builder(refs_root, index_dir, *, web_dir=None):
     index_dir.mkdir(parents=True, exist_ok=True)
     pages = sorted(p.name for p in Path(web_dir).rglob("*.md"))
     (index_dir / "index.bin").write_text("\n".join(pages))
-    (index_dir / "manifest.json").write_text('{"pages": %d}' % len(pages))
+    (index_dir / "manifest.json").write_text(json.dumps({"pages": len(pages)}))
     return {"pages": len(pages)}
 
 
 def tree(root: Path) -> dict[str, bytes]:
     """Every file under root except caches and locks, with its bytes."""
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and ".cache" not in p.parts and not p.name.endswith(".lock")}
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and ".cache" not in p.parts and not p.name.endswith(".lock")
+    }
 
 
 def watch_renames(monkeypatch, check) -> dict:
-    """Run `check(where)` after every os.rename, os.replace and fsswap.exchange: each of those
+    """Run `check(where)` after every os.rename, os.replace and atomic.exchange: each of those
     moments is one where a SIGKILL could land, so what `check` asserts must hold at all of them.
     Returns a counter of the calls seen."""
     calls = {"n": 0}
@@ -153,15 +174,16 @@ def watch_renames(monkeypatch, check) -> dict:
             calls["n"] += 1
             check(f"after {real.__name__} #{calls['n']} {args[0]} -> {args[1]}")
             return result
+
         return wrapper
 
     monkeypatch.setattr(os, "rename", wrap(os.rename))
     monkeypatch.setattr(os, "replace", wrap(os.replace))
     try:
-        from fsdp_skill import fsswap
+        from fsdp_skill import atomic
     except ImportError:  # a tree without the atomic swap: the renames alone are watched
         return calls
-    monkeypatch.setattr(fsswap, "exchange", wrap(fsswap.exchange))
+    monkeypatch.setattr(atomic, "exchange", wrap(atomic.exchange))
     return calls
 
 

@@ -57,8 +57,11 @@ def test_refuses_group_or_other_writable_checkpoints(scripts, name, tmp_path):
     check(str(ck))  # this user's, writable by nobody else: allowed
 
     (ck / ".metadata").chmod(0o664)
-    with pytest.raises(LaunchError, match=r"\.metadata is writable by its group, and loading a "
-                                          r"checkpoint runs pickled code from it \(if you trust it: chmod -R go-w"):
+    with pytest.raises(
+        LaunchError,
+        match=r"\.metadata is writable by its group, and loading a "
+        r"checkpoint runs pickled code from it \(if you trust it: chmod -R go-w",
+    ):
         check(str(ck))
     (ck / ".metadata").chmod(0o644)
     ck.chmod(0o757)
@@ -85,8 +88,14 @@ def test_refuses_checkpoints_owned_by_another_user(scripts, name, tmp_path):
 def _run(script: str, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     env["OMP_NUM_THREADS"] = "1"
-    return subprocess.run([sys.executable, str(SCRIPTS / script), "--device", "cpu", *args],
-                          cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, str(SCRIPTS / script), "--device", "cpu", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.mark.slow

@@ -15,8 +15,12 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PROBES = ["how do I accumulate gradients with fully_shard", "ZeroRedundancyOptimizer",
-          "uneven inputs join", "dcp.save async"]
+PROBES = [
+    "how do I accumulate gradients with fully_shard",
+    "ZeroRedundancyOptimizer",
+    "uneven inputs join",
+    "dcp.save async",
+]
 
 
 def _answers(run_search, data):
@@ -61,7 +65,9 @@ def _sections(index):
         idx.close()
 
 
-@pytest.mark.parametrize("section", ["vocab", "postings", "docs", "docoffs", "priors", "doccrc", "stamp"])
+@pytest.mark.parametrize(
+    "section", ["vocab", "postings", "docs", "docoffs", "priors", "doccrc", "stamp"]
+)
 def test_a_flip_in_each_section_is_detected(data_copy, section):
     # Queries check what they read; verify() reads everything, so every flip must surface.
     from fsdp_skill.index.store import Index, IndexError_
@@ -77,11 +83,14 @@ def test_a_flip_in_each_section_is_detected(data_copy, section):
         idx.close()
 
 
-@pytest.mark.parametrize("edit", [
-    (b"n_docs=", b"n_docs=9"),          # a wrong document count
-    (b"vocab_len=", b"vocab_len=-"),    # a negative length
-    (b"docs_off=", b"docs_off=9"),      # an offset past the end
-])
+@pytest.mark.parametrize(
+    "edit",
+    [
+        (b"n_docs=", b"n_docs=9"),  # a wrong document count
+        (b"vocab_len=", b"vocab_len=-"),  # a negative length
+        (b"docs_off=", b"docs_off=9"),  # an offset past the end
+    ],
+)
 def test_corrupt_headers_rebuild_quietly(data_copy, run_search, edit):
     index = data_copy / "index" / "index.bin"
     index.write_bytes(index.read_bytes().replace(*edit, 1))
@@ -91,7 +100,7 @@ def test_corrupt_headers_rebuild_quietly(data_copy, run_search, edit):
 
 
 def test_nan_scores_never_reach_json():
-    from fsdp_skill.search_cli import to_json
+    from fsdp_skill.search.cli import to_json
 
     assert to_json({"score": float("nan"), "x": [float("inf")]}) == '{"score": null, "x": [null]}'
 
@@ -100,7 +109,7 @@ def test_a_fifo_in_place_of_the_index_does_not_hang(data_copy, run_search):
     index = data_copy / "index" / "index.bin"
     index.unlink()
     os.mkfifo(index)
-    r = run_search(["fully_shard"], data_copy)   # the helper's own timeout fails a hang
+    r = run_search(["fully_shard"], data_copy)  # the helper's own timeout fails a hang
     assert "Traceback" not in r.stderr
     # Never opened: rebuilt in its place.
     assert r.returncode == 0 and "not a regular file" in r.stderr and index.is_file(), r.stderr
@@ -114,7 +123,7 @@ def _search_cmd(data, *args):
 def test_closed_pipe_is_quiet(built_data):
     cmd, env = _search_cmd(built_data)
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    p.stdout.close()   # the reader went away, as `| head -0` does
+    p.stdout.close()  # the reader went away, as `| head -0` does
     err = p.stderr.read().decode()
     assert p.wait(timeout=60) == 0 and "Traceback" not in err and "Broken pipe" not in err, err
 
@@ -124,15 +133,23 @@ def test_full_disk_and_closed_stdout_give_one_line(built_data):
     with open("/dev/full", "w") as full:
         r = subprocess.run(cmd, env=env, stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
     assert r.returncode == 1 and r.stderr.count("\n") == 1 and "No space left" in r.stderr, r.stderr
-    r = subprocess.run(" ".join(f"'{c}'" for c in cmd) + " >&-", shell=True, env=env,
-                       stderr=subprocess.PIPE, text=True, timeout=60)
+    r = subprocess.run(
+        " ".join(f"'{c}'" for c in cmd) + " >&-",
+        shell=True,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 1 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
 
 
 def test_ascii_terminal_gets_replacement_characters(built_data):
     cmd, env = _search_cmd(built_data)
     cmd[2] = "🔥 fully_shard ÿ"
-    r = subprocess.run(cmd, env=dict(env, PYTHONIOENCODING="ascii"), capture_output=True, timeout=60)
+    r = subprocess.run(
+        cmd, env=dict(env, PYTHONIOENCODING="ascii"), capture_output=True, timeout=60
+    )
     assert r.returncode == 0 and b"Traceback" not in r.stderr and r.stdout.startswith(b"## 1.")
     r.stdout.decode("ascii")
 
@@ -147,10 +164,12 @@ def test_max_chars_is_a_bound(built_data, run_search, max_chars):
 def test_lock_wait_has_a_limit_and_says_why(data_copy, run_search):
     from filelock import FileLock
 
-    (data_copy / "index" / "index.bin").unlink()       # the search must build, so it needs the lock
+    (data_copy / "index" / "index.bin").unlink()  # the search must build, so it needs the lock
     with FileLock(str(data_copy / ".build.lock")):
         r = run_search(["fully_shard"], data_copy, extra_env={"FSDP_SKILL_LOCK_TIMEOUT_S": "1"})
-    assert r.returncode == 1 and "waiting for another build" in r.stderr and "over 1 s" in r.stderr, r.stderr
+    assert (
+        r.returncode == 1 and "waiting for another build" in r.stderr and "over 1 s" in r.stderr
+    ), r.stderr
     assert "Traceback" not in r.stderr
 
 
@@ -170,7 +189,7 @@ def test_read_only_skill_with_a_stale_index_uses_the_cache(tmp_path, monkeypatch
     import shutil
 
     from fsdp_skill import paths
-    from fsdp_skill.search import run_query
+    from fsdp_skill.search.engine import run_query
 
     skill = tmp_path / "pytorch-fsdp"
     shutil.copytree(REPO / "references" / "guides", skill / "references" / "guides")

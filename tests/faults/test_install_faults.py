@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from fault_helpers import watch_renames
+
 from fsdp_skill.skill import install as I
 
 REPO = Path(__file__).resolve().parents[2]
@@ -85,14 +85,19 @@ def test_installed_folder_is_never_missing(root, tmp_path, monkeypatch):
     holes = []
 
     def check(where):
-        if not (dest / "SKILL.md").is_file() or not (dest / "references" / "guides" / "start.md").is_file():
+        if (
+            not (dest / "SKILL.md").is_file()
+            or not (dest / "references" / "guides" / "start.md").is_file()
+        ):
             holes.append(where)
 
     calls = watch_renames(monkeypatch, check)
     run_install(root, target)
     assert calls["n"] > 0 and holes == []
     assert (dest / "references" / "guides" / "start.md").read_text() == "# start, v2\n"
-    assert sorted(p.name for p in target.iterdir() if not p.name.endswith(".lock")) == ["pytorch-fsdp"]
+    assert sorted(p.name for p in target.iterdir() if not p.name.endswith(".lock")) == [
+        "pytorch-fsdp"
+    ]
 
 
 def test_leftover_hidden_copies_are_removed(root, tmp_path):
@@ -101,15 +106,17 @@ def test_leftover_hidden_copies_are_removed(root, tmp_path):
     (target / ".pytorch-fsdp.tmp-dead0001").write_text("a torn file, not a folder")
     (target / ".pytorch-fsdp.old-dead0002" / "deep" / "er").mkdir(parents=True)
     (target / ".pytorch-fsdp.old-dead0002" / "deep" / "er" / "f").write_text("x")
-    (target / ".pytorch-fsdp.old-dead0002" / "deep").chmod(0o500)   # a read-only folder inside
-    (target / ".other-skill.tmp-1").mkdir()                          # not ours: stays
+    (target / ".pytorch-fsdp.old-dead0002" / "deep").chmod(0o500)  # a read-only folder inside
+    (target / ".other-skill.tmp-1").mkdir()  # not ours: stays
     try:
         run_install(root, target)
     finally:
         if (target / ".pytorch-fsdp.old-dead0002" / "deep").exists():
             (target / ".pytorch-fsdp.old-dead0002" / "deep").chmod(0o700)
     assert sorted(p.name for p in target.iterdir() if not p.name.endswith(".lock")) == [
-        ".other-skill.tmp-1", "pytorch-fsdp"]
+        ".other-skill.tmp-1",
+        "pytorch-fsdp",
+    ]
 
 
 def test_a_missing_copy_is_put_back_from_the_old_one(root, tmp_path, monkeypatch):
@@ -122,7 +129,9 @@ def test_a_missing_copy_is_put_back_from_the_old_one(root, tmp_path, monkeypatch
     with pytest.raises(I.InstallError, match="fails validation"):
         run_install(root, target, verify=True)
     assert (target / "pytorch-fsdp" / "SKILL.md").is_file()
-    assert sorted(p.name for p in target.iterdir() if not p.name.endswith(".lock")) == ["pytorch-fsdp"]
+    assert sorted(p.name for p in target.iterdir() if not p.name.endswith(".lock")) == [
+        "pytorch-fsdp"
+    ]
 
 
 DRIVER = textwrap.dedent("""
@@ -146,15 +155,27 @@ def test_sigterm_mid_copy_leaves_no_hidden_copy(root, tmp_path):
     target = tmp_path / "skills"
     run_install(root, target)
     before = (target / "pytorch-fsdp" / "SKILL.md").read_bytes()
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.Popen([sys.executable, "-c", DRIVER.format(root=str(root), target=str(target))],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]),
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", DRIVER.format(root=str(root), target=str(target))],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 60
     while not list(target.glob(".pytorch-fsdp.tmp-*/scripts")) and time.monotonic() < deadline:
         time.sleep(0.01)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 143, err
-    assert err.strip().splitlines() == ["fsdp-skill install: terminated; the previous copy is left in place"]
-    assert sorted(p.name for p in target.iterdir() if not p.name.endswith(".lock")) == ["pytorch-fsdp"]
+    assert err.strip().splitlines() == [
+        "fsdp-skill install: terminated; the previous copy is left in place"
+    ]
+    assert sorted(p.name for p in target.iterdir() if not p.name.endswith(".lock")) == [
+        "pytorch-fsdp"
+    ]
     assert (target / "pytorch-fsdp" / "SKILL.md").read_bytes() == before

@@ -13,8 +13,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-
 from fault_helpers import CLIENT, fake_builder, inventory, site, tree, watch_renames  # noqa: F401 (site: fixture)
+
 from fsdp_skill.sources.web import html_to_md
 from fsdp_skill.sources.web.cli import main as scrape_main
 from fsdp_skill.sources.web.inventory import InventoryError, parse_inventory
@@ -53,12 +53,15 @@ def with_client(site, **changes):
 
 # ---- deadlines -----------------------------------------------------------------------------
 
+
 def test_dripping_body_is_cut_at_the_page_deadline(site, refs):
     # One byte every 50 ms never trips the 0.5 s read timeout; the page would take minutes.
     site.action["/docs/2.13/beta.html"] = "drip"
     with_client(site, page_deadline_s=1.0)
     started = time.monotonic()
-    expect_failure(site, refs, r"page beta: .*beta.html: no complete answer within the 1 s page deadline")
+    expect_failure(
+        site, refs, r"page beta: .*beta.html: no complete answer within the 1 s page deadline"
+    )
     assert time.monotonic() - started < 6
 
 
@@ -83,6 +86,7 @@ def test_slow_pages_are_cut_at_the_run_deadline(site, refs):
 
 # ---- objects.inv ---------------------------------------------------------------------------
 
+
 def test_truncated_inventory_fails_and_keeps_the_references(site, refs):
     full = inventory(site.names)
     site.override["/docs/2.13/objects.inv"] = full[: len(full) - 8]
@@ -95,8 +99,10 @@ def test_inventory_with_unparsable_lines_fails(site, refs):
 
 
 def test_inventory_inflation_is_capped():
-    header = (b"# Sphinx inventory version 2\n# Project: P\n# Version: 1\n"
-              b"# The remainder of this file is compressed using zlib.\n")
+    header = (
+        b"# Sphinx inventory version 2\n# Project: P\n# Version: 1\n"
+        b"# The remainder of this file is compressed using zlib.\n"
+    )
     line = b"torch.fake.x py:function 1 x.html#$ -\n"
     bomb = header + zlib.compress(line * (33 * 1024 * 1024 // len(line) + 1), 9)
     assert len(bomb) < 300 * 1024  # a small download ...
@@ -110,6 +116,7 @@ def test_inventory_inflation_is_capped():
 
 
 # ---- HTML ----------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("nest", ["<div>" * 600, "<ul><li>" * 300])
 def test_deeply_nested_html_is_a_one_line_error(site, refs, nest):
@@ -128,9 +135,13 @@ def test_nested_field_lists_convert_in_linear_time(monkeypatch):
 
     monkeypatch.setattr(html_to_md._Converter, "field_item", counting)
     levels = 12
-    html = ("<html><head><title>T</title></head><body><article class='bd-article'><section id='s'>"
-            "<h1>T</h1>" + "<dl class='field-list'><dt>P</dt><dd><ul><li>" * levels + "x"
-            + "</section></article></body></html>")
+    html = (
+        "<html><head><title>T</title></head><body><article class='bd-article'><section id='s'>"
+        "<h1>T</h1>"
+        + "<dl class='field-list'><dt>P</dt><dd><ul><li>" * levels
+        + "x"
+        + "</section></article></body></html>"
+    )
     md = html_to_md.convert_page(html, page="p", url="u", torch_version="2.13").markdown
     assert calls["n"] == levels and md.count("**P:**") == levels
 
@@ -140,14 +151,23 @@ def test_control_characters_are_stripped(site, tmp_path):
     run_scrape(site, tmp_path / "references")
     md = (tmp_path / "references" / "web" / "alpha.md").read_text(encoding="utf-8")
     assert "ALERT" in md and "evil" in md and "done" in md
-    bad = [c for c in md if (ord(c) < 32 and c not in "\n\t") or 0x7f <= ord(c) <= 0x9f
-           or c in "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"]
+    bad = [
+        c
+        for c in md
+        if (ord(c) < 32 and c not in "\n\t")
+        or 0x7F <= ord(c) <= 0x9F
+        or c in "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+    ]
     assert bad == []
 
 
 def test_control_characters_in_inventory_names_are_stripped():
-    data = inventory(["alpha"], "torch.fake.\x1b[2Jevil\u202e py:function 1 evil.html#$ -\n".encode())
-    names = sorted(o.name for o in parse_inventory(data, "https://docs.pytorch.org/docs/2.13/").objects)
+    data = inventory(
+        ["alpha"], "torch.fake.\x1b[2Jevil\u202e py:function 1 evil.html#$ -\n".encode()
+    )
+    names = sorted(
+        o.name for o in parse_inventory(data, "https://docs.pytorch.org/docs/2.13/").objects
+    )
     assert names == ["torch.fake.[2Jevil", "torch.fake.alpha"]
 
 
@@ -163,22 +183,42 @@ pages:
 """
 
 
-@pytest.mark.parametrize("argv, client, needle", [
-    (["--version", "bogus"], "", "version 'bogus' is not"),
-    (["--base-url", "ftp://127.0.0.1/"], "", "--base-url 'ftp://127.0.0.1/' is not an http(s) URL"),
-    (["--base-url", "not a url"], "", "--base-url 'not a url' is not an http(s) URL"),
-    ([], "client: {read_timeout_s: 0}\n", "read_timeout_s must be a positive number of seconds, got 0"),
-    ([], "client: {connect_timeout_s: .nan}\n", "connect_timeout_s must be a positive number"),
-    ([], "client: {page_deadline_s: -1}\n", "page_deadline_s must be a positive number"),
-    ([], "client: {retries: 1.0e+400}\n", "bad client setting"),
-])
+@pytest.mark.parametrize(
+    "argv, client, needle",
+    [
+        (["--version", "bogus"], "", "version 'bogus' is not"),
+        (
+            ["--base-url", "ftp://127.0.0.1/"],
+            "",
+            "--base-url 'ftp://127.0.0.1/' is not an http(s) URL",
+        ),
+        (["--base-url", "not a url"], "", "--base-url 'not a url' is not an http(s) URL"),
+        (
+            [],
+            "client: {read_timeout_s: 0}\n",
+            "read_timeout_s must be a positive number of seconds, got 0",
+        ),
+        ([], "client: {connect_timeout_s: .nan}\n", "connect_timeout_s must be a positive number"),
+        ([], "client: {page_deadline_s: -1}\n", "page_deadline_s must be a positive number"),
+        ([], "client: {retries: 1.0e+400}\n", "bad client setting"),
+    ],
+)
 def test_bad_values_are_usage_errors(argv, client, needle, tmp_path, capsys):
     cfg = tmp_path / "c.yaml"
     cfg.write_text(BASE_CONFIG + client)
     # Port 9 on 127.0.0.1 refuses connections: should a bad value ever be accepted, nothing
     # leaves the machine (a later --base-url in argv wins).
-    rc = scrape_main(["--config", str(cfg), "--references", str(tmp_path / "refs"),
-                      "--base-url", "http://127.0.0.1:9/"] + argv)
+    rc = scrape_main(
+        [
+            "--config",
+            str(cfg),
+            "--references",
+            str(tmp_path / "refs"),
+            "--base-url",
+            "http://127.0.0.1:9/",
+        ]
+        + argv
+    )
     err = capsys.readouterr().err
     assert rc == 2 and needle in err, err
     assert err.count("\n") == 1 and "Traceback" not in err
@@ -192,6 +232,7 @@ def test_fifo_config_is_refused_not_waited_on(tmp_path, capsys):
 
 
 # ---- swapping the references in ------------------------------------------------------------
+
 
 def test_web_is_never_missing_during_a_refresh(site, refs, monkeypatch):
     web = refs / "web"
@@ -212,17 +253,17 @@ KILLED_SCRAPE = textwrap.dedent("""
     from dataclasses import replace
     sys.path[:0] = [{here!r}]
     from fault_helpers import CLIENT, fake_builder
-    from fsdp_skill import fsswap
+    from fsdp_skill import atomic
     from fsdp_skill.sources.web.config import parse_config
     from fsdp_skill.sources.web.scrape import scrape
     web = os.path.join({refs!r}, "web")
-    real = fsswap.exchange
+    real = atomic.exchange
     def exchange(a, b):
         done = real(a, b)
         if web in (str(a), str(b)):
             os._exit(137)  # SIGKILL right after web/ was swapped
         return done
-    fsswap.exchange = exchange
+    atomic.exchange = exchange
     cfg = parse_config({{"version": "2.13", "site_root": "https://docs.pytorch.org/",
                         "docs_base": "docs/{{version}}/", "tutorials_base": "tutorials/",
                         "pages": [{{"page": n, "category": "reference"}} for n in ("alpha", "beta")]}})
@@ -233,16 +274,25 @@ KILLED_SCRAPE = textwrap.dedent("""
 
 
 def test_a_killed_swap_keeps_web_and_the_next_run_cleans_up(site, refs):
-    from fsdp_skill import fsswap
+    from fsdp_skill import atomic
 
-    if not fsswap.supported(refs):
-        pytest.skip("no atomic folder swap here; the two-rename fallback is recovered on the next run")
+    if not atomic.supported(refs):
+        pytest.skip(
+            "no atomic folder swap here; the two-rename fallback is recovered on the next run"
+        )
     code = KILLED_SCRAPE.format(here=str(HERE), refs=str(refs), url=site.url)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]),
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 137, proc.stderr
-    assert (refs / "web" / "alpha.md").is_file()          # old or new, never missing
-    assert [p.name for p in refs.iterdir() if p.name.startswith(".scrape-")]  # the kill left its stage
+    assert (refs / "web" / "alpha.md").is_file()  # old or new, never missing
+    assert [
+        p.name for p in refs.iterdir() if p.name.startswith(".scrape-")
+    ]  # the kill left its stage
     run_scrape(site, refs)
     assert not [p.name for p in refs.iterdir() if p.name.startswith(".scrape-")]
     assert "Second version." in (refs / "web" / "alpha.md").read_text()
@@ -256,7 +306,7 @@ def test_stage_folders_of_a_killed_run_are_removed(site, refs):
     os.rename(refs / "web", stage / "old-0")
     (refs / ".scrape-dead0002" / "web").mkdir(parents=True)
     (refs / ".scrape-notours.txt").write_text("a user's file with a similar name")
-    site.action["/docs/2.13/alpha.html"] = "drip"      # this run then fails ...
+    site.action["/docs/2.13/alpha.html"] = "drip"  # this run then fails ...
     with_client(site, page_deadline_s=0.5)
     with pytest.raises(ScrapeError):
         run_scrape(site, refs)
@@ -274,7 +324,11 @@ def test_index_dir_keeps_files_it_did_not_write(site, refs, tmp_path):
     assert result.changed and result.index_built
     assert (index_dir / "precious.txt").read_text() == "data"
     assert (index_dir / "index.bin").read_text() == "alpha.md\nbeta.md"
-    assert sorted(p.name for p in index_dir.iterdir()) == ["index.bin", "manifest.json", "precious.txt"]
+    assert sorted(p.name for p in index_dir.iterdir()) == [
+        "index.bin",
+        "manifest.json",
+        "precious.txt",
+    ]
 
 
 def test_failed_index_swap_restores_web_and_index(site, refs, tmp_path, monkeypatch):

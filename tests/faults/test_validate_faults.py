@@ -26,8 +26,9 @@ def make(tmp_path, skill_md: str | None = None, files: dict[str, str] | None = N
 def quick(root, limit_s=10.0):
     """validate() on a thread: a hang fails the test instead of holding the run."""
     out: dict = {}
-    worker = threading.Thread(target=lambda: out.update(problems=V.validate(root, check_torch=False)),
-                              daemon=True)
+    worker = threading.Thread(
+        target=lambda: out.update(problems=V.validate(root, check_torch=False)), daemon=True
+    )
     started = time.monotonic()
     worker.start()
     worker.join(limit_s)
@@ -50,7 +51,7 @@ def test_deep_flow_yaml(tmp_path):
 
 
 def test_deep_block_yaml(tmp_path):
-    lines = "x:\n" + "- " * 2000 + "y\n"   # compact nested block sequences: 2000 levels on one line
+    lines = "x:\n" + "- " * 2000 + "y\n"  # compact nested block sequences: 2000 levels on one line
     problems, took = quick(make(tmp_path, front(lines)))
     one(problems, "frontmatter nests more than 32 levels deep")
     assert took < 5
@@ -58,7 +59,8 @@ def test_deep_block_yaml(tmp_path):
 
 def test_billion_laughs(tmp_path):
     lines = "a0: &a0 [x, x, x, x, x, x, x, x, x]\n" + "".join(
-        f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]\n" for i in range(1, 10))
+        f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]\n" for i in range(1, 10)
+    )
     problems, took = quick(make(tmp_path, front(lines)))
     one(problems, "frontmatter uses more than 64 YAML aliases")
     assert took < 5
@@ -67,7 +69,8 @@ def test_billion_laughs(tmp_path):
 def test_aliases_under_the_limit_are_walked_once(tmp_path):
     # 7 levels of 9 aliases is under the cap; each aliased node is checked once, not 9**7 times.
     lines = "a0: &a0 {k: v}\n" + "".join(
-        f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]\n" for i in range(1, 8))
+        f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]\n" for i in range(1, 8)
+    )
     problems, took = quick(make(tmp_path, front(lines)))
     assert problems and all("anchor" in p or "alias" in p or "flow-style" in p for p in problems)
     assert took < 5
@@ -104,9 +107,12 @@ def test_huge_skill_md_is_not_read(tmp_path):
     root = make(tmp_path)
     with open(root / "SKILL.md", "wb") as fh:
         fh.write(b"---\nname: pytorch-fsdp\n")
-        fh.truncate(4 * 1024**3)   # sparse: 4 GiB that take no disk
+        fh.truncate(4 * 1024**3)  # sparse: 4 GiB that take no disk
     problems, took = quick(root)
-    one(problems, f"SKILL.md: cannot read: is {4 * 1024**3} bytes; the limit is {V.MAX_SKILL_MD_BYTES}")
+    one(
+        problems,
+        f"SKILL.md: cannot read: is {4 * 1024**3} bytes; the limit is {V.MAX_SKILL_MD_BYTES}",
+    )
     assert took < 5
 
 
@@ -119,14 +125,18 @@ def test_timeout_must_be_a_finite_positive_number(value, capsys):
     assert len(err) == 1 and "--timeout must be a positive number of seconds" in err[0], err
 
 
-MARKER_SCRIPT = "open({marker!r}, 'w').write('ran')\nimport argparse\nargparse.ArgumentParser().parse_args()\n"
+MARKER_SCRIPT = (
+    "open({marker!r}, 'w').write('ran')\nimport argparse\nargparse.ArgumentParser().parse_args()\n"
+)
 
 
 def test_scripts_run_only_when_asked(tmp_path, capsys):
     marker = tmp_path / "ran.txt"
-    root = make(tmp_path, front(""), files={"scripts/tool.py": MARKER_SCRIPT.format(marker=str(marker))})
+    root = make(
+        tmp_path, front(""), files={"scripts/tool.py": MARKER_SCRIPT.format(marker=str(marker))}
+    )
     assert V.main([str(root), "--no-torch"]) == 0
-    assert not marker.exists()                      # validating a folder runs none of its code
+    assert not marker.exists()  # validating a folder runs none of its code
     assert "scripts answer --help" not in capsys.readouterr().out
     assert V.main([str(root), "--no-torch", "--no-scripts"]) == 0 and not marker.exists()
     assert V.main([str(root), "--no-torch", "--run-scripts"]) == 0

@@ -36,18 +36,36 @@ def cuda_blocks() -> list:
 
 
 def run_one(b) -> str:
-    payload = [{"id": b.id, "code": b.code, "setup": b.setup, "adapt": b.adapt, "raises": b.raises,
-                "legacy": "legacy" in b.flags}]
+    payload = [
+        {
+            "id": b.id,
+            "code": b.code,
+            "setup": b.setup,
+            "adapt": b.adapt,
+            "raises": b.raises,
+            "legacy": "legacy" in b.flags,
+        }
+    ]
     with tempfile.TemporaryDirectory() as tmp:
         spec = Path(tmp) / "blocks.json"
         spec.write_text(json.dumps(payload))
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
             env.pop(k, None)
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=1",
-               str(GUIDES / "block_runner.py"), str(spec), tmp]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node=1",
+            str(GUIDES / "block_runner.py"),
+            str(spec),
+            tmp,
+        ]
         try:
-            out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+            out = subprocess.run(
+                cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
+            )
         except subprocess.TimeoutExpired:
             return f"timed out after {TIMEOUT_S}s"
         got = Path(tmp) / "rank0.json"
@@ -77,7 +95,9 @@ def main(argv: list[str] | None = None) -> int:
             continue
         err = run_one(b)
         failed += bool(err)
-        print(f"[{'FAIL' if err else 'PASS'}] {b.id}{note}" + (f"\n{err}" if err else ""), flush=True)
+        print(
+            f"[{'FAIL' if err else 'PASS'}] {b.id}{note}" + (f"\n{err}" if err else ""), flush=True
+        )
     verb = "found" if args.list else f"run, {failed} failed"
     print(f"{len(found)} cuda block(s) {verb}")
     return 1 if failed else 0

@@ -36,9 +36,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "scripts"
@@ -98,31 +98,58 @@ class Step:
 # --------------------------------------------------------------------------- examples
 
 
-def torchrun(script: str, args: list[str], extra_rdzv: list[str] = (), probe: bool = False) -> list[str]:
+def torchrun(
+    script: str, args: list[str], extra_rdzv: list[str] = (), probe: bool = False
+) -> list[str]:
     rdzv = ["--standalone", "--nproc-per-node=1", *extra_rdzv]
-    target = [str(ROOT / "tests" / "examples" / "probe.py"), Path(script).stem] if probe else [str(SCRIPTS / script)]
+    target = (
+        [str(ROOT / "tests" / "examples" / "probe.py"), Path(script).stem]
+        if probe
+        else [str(SCRIPTS / script)]
+    )
     return [PY, "-m", "torch.distributed.run", *rdzv, *target, "--device", "cuda", *args]
 
 
-def example(name: str, script: str, args: list[str], check: Callable[[Run, dict], str], *,
-            probe: bool = False, extra_rdzv: list[str] = (), env: dict | None = None, timeout: int = 120) -> Step:
+def example(
+    name: str,
+    script: str,
+    args: list[str],
+    check: Callable[[Run, dict], str],
+    *,
+    probe: bool = False,
+    extra_rdzv: list[str] = (),
+    env: dict | None = None,
+    timeout: int = 120,
+) -> Step:
     def run_check(r: Run) -> str:
         need(r.returncode == 0, f"exit {r.returncode}: {tail(r)}")
         s = r.summary()
         cuda_basics(s)
         return check(r, s) or ""
 
-    return Step(name, torchrun(script, args, extra_rdzv, probe), run_check, timeout, env or {},
-                parse_script=(Path(script).stem, args),
-                parse_torchrun=["--standalone", "--nproc-per-node=1", *extra_rdzv, str(SCRIPTS / script)])
+    return Step(
+        name,
+        torchrun(script, args, extra_rdzv, probe),
+        run_check,
+        timeout,
+        env or {},
+        parse_script=(Path(script).stem, args),
+        parse_torchrun=["--standalone", "--nproc-per-node=1", *extra_rdzv, str(SCRIPTS / script)],
+    )
 
 
 def cuda_basics(s: dict) -> None:
     need(s["device"] == "cuda", f"device {s['device']}")
     need(s["backend"] == "nccl", f"backend {s['backend']}")
     alloc, resv = s.get("peak_mem_allocated_bytes"), s.get("peak_mem_reserved_bytes")
-    need(bool(alloc) and bool(resv) and len(alloc) == s["world_size"], "no peak memory in the summary")
-    need(all(0 < a <= r for a, r in zip(alloc, resv)), f"peak memory allocated {alloc} reserved {resv}")
+    need(
+        bool(alloc) and bool(resv) and len(alloc) == s["world_size"],
+        "no peak memory in the summary",
+    )
+    need(
+        all(0 < a <= r for a, r in zip(alloc, resv)),
+        f"peak memory allocated {alloc} reserved {resv}",
+    )
 
 
 def mib(s: dict) -> str:
@@ -146,14 +173,20 @@ def close(a: list[float], b: list[float], rel: float = 1e-4) -> bool:
 
 
 def check_fsdp2_default(r: Run, s: dict) -> str:
-    need((s["mixed_precision"], s["param_dtype"], s["reduce_dtype"]) == ("bf16", "bfloat16", "float32"),
-         f"precision {s['mixed_precision']} {s['param_dtype']} {s['reduce_dtype']}")
+    need(
+        (s["mixed_precision"], s["param_dtype"], s["reduce_dtype"])
+        == ("bf16", "bfloat16", "float32"),
+        f"precision {s['mixed_precision']} {s['param_dtype']} {s['reduce_dtype']}",
+    )
     need(s["ac"] and s["prefetch"] and s["reshard_after_forward"], "not the default configuration")
     finite_and_falling(s["losses"])
     (p,) = r.probes()
     need(p["param_dtype"] == ["bfloat16"], f"weights in forward: {p['param_dtype']}")
     st = p["steps"][0]
-    need(st["forward:layers.0"] == 2 * s["accum_steps"], f"AC: {st['forward:layers.0']} block forwards per step")
+    need(
+        st["forward:layers.0"] == 2 * s["accum_steps"],
+        f"AC: {st['forward:layers.0']} block forwards per step",
+    )
     order = p["order"]
     need(order.index("ag:layers.1") < order.index("fwd:layers.0"), "no forward prefetch")
     # bf16 really changes the numbers: the fp32 reference differs.
@@ -210,7 +243,9 @@ def check_2d(r: Run, s: dict) -> str:
 
 def check_elastic_killed(r: Run, s: dict) -> str:
     need("injected failure" in r.stdout, "no failure was injected")
-    need(s["launch"] == 2 and s["start_step"] == 3, f"launch {s['launch']}, start {s['start_step']}")
+    need(
+        s["launch"] == 2 and s["start_step"] == 3, f"launch {s['launch']}, start {s['start_step']}"
+    )
     # Bitwise only on CPU (CUDA attention backward is not deterministic): every step once,
     # so the history equals the uninterrupted CPU reference at CUDA's tolerance.
     ref = cpu_reference(len(s["losses"]))
@@ -233,25 +268,63 @@ def example_steps(tmp: Path) -> list[Step]:
     return [
         example("ddp_train", "ddp_train.py", ["--steps", "8"], check_ddp),
         example("join_uneven", "join_uneven.py", [], check_join),
-        example("fsdp2_train default", "fsdp2_train.py", ["--steps", "6", "--accum-steps", "2"],
-                check_fsdp2_default, probe=True),
-        example("fsdp2_train --cpu-offload", "fsdp2_train.py", ["--steps", "6", "--accum-steps", "2",
-                                                                "--cpu-offload"], check_offload),
-        example("fsdp2_train --check-parity", "fsdp2_train.py",
-                ["--steps", "5", "--mixed-precision", "off", "--check-parity", "--max-norm", "0.1"],
-                check_parity, probe=True, env={"PROBE_TF32": "1"}),
-        example("fsdp1_train default", "fsdp1_train.py", ["--steps", "6", "--save-full",
-                                                          str(tmp / "fsdp1_full.pt")], check_fsdp1),
-        example("dcp_checkpoint save", "dcp_checkpoint.py",
-                ["--steps", "4", "--save", str(ck / "dcp"), "--async-save", "--export-full",
-                 str(tmp / "dcp_model.safetensors")], check_dcp_save),
-        example("dcp_checkpoint load", "dcp_checkpoint.py", ["--load", str(ck / "dcp"), "--steps", "1"],
-                check_dcp_load),
+        example(
+            "fsdp2_train default",
+            "fsdp2_train.py",
+            ["--steps", "6", "--accum-steps", "2"],
+            check_fsdp2_default,
+            probe=True,
+        ),
+        example(
+            "fsdp2_train --cpu-offload",
+            "fsdp2_train.py",
+            ["--steps", "6", "--accum-steps", "2", "--cpu-offload"],
+            check_offload,
+        ),
+        example(
+            "fsdp2_train --check-parity",
+            "fsdp2_train.py",
+            ["--steps", "5", "--mixed-precision", "off", "--check-parity", "--max-norm", "0.1"],
+            check_parity,
+            probe=True,
+            env={"PROBE_TF32": "1"},
+        ),
+        example(
+            "fsdp1_train default",
+            "fsdp1_train.py",
+            ["--steps", "6", "--save-full", str(tmp / "fsdp1_full.pt")],
+            check_fsdp1,
+        ),
+        example(
+            "dcp_checkpoint save",
+            "dcp_checkpoint.py",
+            [
+                "--steps",
+                "4",
+                "--save",
+                str(ck / "dcp"),
+                "--async-save",
+                "--export-full",
+                str(tmp / "dcp_model.safetensors"),
+            ],
+            check_dcp_save,
+        ),
+        example(
+            "dcp_checkpoint load",
+            "dcp_checkpoint.py",
+            ["--load", str(ck / "dcp"), "--steps", "1"],
+            check_dcp_load,
+        ),
         example("hsdp_train --check-parity", "hsdp_train.py", ["--check-parity"], check_2d),
         example("tp_fsdp_train --check-parity", "tp_fsdp_train.py", ["--check-parity"], check_2d),
-        example("elastic_resume killed", "elastic_resume.py",
-                ["--ckpt-dir", str(ck / "el_kill"), "--fail-at-step", "4", "--fail-rank", "0"],
-                check_elastic_killed, extra_rdzv=["--max-restarts=1"], timeout=180),
+        example(
+            "elastic_resume killed",
+            "elastic_resume.py",
+            ["--ckpt-dir", str(ck / "el_kill"), "--fail-at-step", "4", "--fail-rank", "0"],
+            check_elastic_killed,
+            extra_rdzv=["--max-restarts=1"],
+            timeout=180,
+        ),
     ]
 
 
@@ -260,20 +333,45 @@ def example_steps(tmp: Path) -> list[Step]:
 
 def pytest_step() -> Step:
     def check(r: Run) -> str:
-        last = next((ln for ln in reversed(r.stdout.splitlines()) if " in " in ln and "=" in ln), "")
-        need(r.returncode in (0, 5), f"pytest exit {r.returncode}: {last or tail(r)}")  # 5: none selected
+        last = next(
+            (ln for ln in reversed(r.stdout.splitlines()) if " in " in ln and "=" in ln), ""
+        )
+        need(
+            r.returncode in (0, 5), f"pytest exit {r.returncode}: {last or tail(r)}"
+        )  # 5: none selected
         return last.strip("= ")
 
     def dry() -> str:
-        out = subprocess.run([PY, "-m", "pytest", "--collect-only", "-q", "-m", "cuda", "-p", "no:cacheprovider",
-                              "tests/examples"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+        out = subprocess.run(
+            [
+                PY,
+                "-m",
+                "pytest",
+                "--collect-only",
+                "-q",
+                "-m",
+                "cuda",
+                "-p",
+                "no:cacheprovider",
+                "tests/examples",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         need(out.returncode == 0, f"collection failed: {out.stdout[-500:]}")
         n = sum(1 for ln in out.stdout.splitlines() if "::" in ln)
         need(n > 0, "no CUDA-marked tests collected")
         return f"{n} CUDA tests collected"
 
-    return Step("pytest -m cuda", [PY, "-m", "pytest", "-q", "-ra", "-m", "cuda", "-p", "no:cacheprovider",
-                                   "tests/examples"], check, timeout=240, dry=dry)
+    return Step(
+        "pytest -m cuda",
+        [PY, "-m", "pytest", "-q", "-ra", "-m", "cuda", "-p", "no:cacheprovider", "tests/examples"],
+        check,
+        timeout=240,
+        dry=dry,
+    )
 
 
 def blocks_step() -> Step:
@@ -282,12 +380,19 @@ def blocks_step() -> Step:
         return r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
 
     def dry() -> str:
-        out = subprocess.run([PY, str(HERE / "run_cuda_blocks.py"), "--list"], cwd=ROOT, capture_output=True,
-                             text=True, timeout=120)
+        out = subprocess.run(
+            [PY, str(HERE / "run_cuda_blocks.py"), "--list"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         need(out.returncode == 0, tail(Run(out.returncode, out.stdout, out.stderr, Path("."))))
         return out.stdout.strip().splitlines()[-1]
 
-    return Step("guide blocks (cuda)", [PY, str(HERE / "run_cuda_blocks.py")], check, timeout=240, dry=dry)
+    return Step(
+        "guide blocks (cuda)", [PY, str(HERE / "run_cuda_blocks.py")], check, timeout=240, dry=dry
+    )
 
 
 def cuda_repros() -> list:
@@ -296,9 +401,16 @@ def cuda_repros() -> list:
     import errors_harness
 
     entries = {e.id: e for e in catalog.load()}
-    repros = [r for r in errors_harness.load_all(str(ROOT / "tests" / "errors")).values() if r.device == "cuda"]
+    repros = [
+        r
+        for r in errors_harness.load_all(str(ROOT / "tests" / "errors")).values()
+        if r.device == "cuda"
+    ]
     for r in repros:
-        need(r.id in entries and entries[r.id].repro == "cuda", f"repro {r.id} has no `repro: cuda` entry")
+        need(
+            r.id in entries and entries[r.id].repro == "cuda",
+            f"repro {r.id} has no `repro: cuda` entry",
+        )
     return [(r, entries[r.id]) for r in repros]
 
 
@@ -319,16 +431,39 @@ def errors_step(tmp: Path) -> Step:
             if not catalog.matches(entry.message, text):
                 bad.append(f"{repro.id}: {text[:200]}")
         need(not bad, "; ".join(bad))
-        return f"{found} repro(s) print the catalogued message" + (f"; skipped {', '.join(skipped)}" if skipped else "")
+        return f"{found} repro(s) print the catalogued message" + (
+            f"; skipped {', '.join(skipped)}" if skipped else ""
+        )
 
     modules = sorted({r.module for r, _ in cuda_repros() if r.world == 1})
-    script = " && ".join(f"{PY} {ROOT / 'tests/errors/errors_harness.py'} {m} {tmp / 'errors' / m} --world 1 --device cuda"
-                         for m in modules) or "true"
-    return Step("error repros (cuda)", ["bash", "-c", f"cd {ROOT / 'tests/errors'} && {script}"], check, timeout=180,
-                dry=lambda: f"{len(cuda_repros())} CUDA repro(s) with catalog entries")
+    script = (
+        " && ".join(
+            f"{PY} {ROOT / 'tests/errors/errors_harness.py'} {m} {tmp / 'errors' / m} --world 1 --device cuda"
+            for m in modules
+        )
+        or "true"
+    )
+    return Step(
+        "error repros (cuda)",
+        ["bash", "-c", f"cd {ROOT / 'tests/errors'} && {script}"],
+        check,
+        timeout=180,
+        dry=lambda: f"{len(cuda_repros())} CUDA repro(s) with catalog entries",
+    )
 
 
-BENCH_ARGS = ["--device", "cuda", "--worlds", "1", "--preset", "200m", "--steps", "10", "--warmup", "3"]
+BENCH_ARGS = [
+    "--device",
+    "cuda",
+    "--worlds",
+    "1",
+    "--preset",
+    "200m",
+    "--steps",
+    "10",
+    "--warmup",
+    "3",
+]
 
 
 def bench_step(tmp: Path) -> Step:
@@ -342,14 +477,22 @@ def bench_step(tmp: Path) -> Step:
         errors = {k: v["error"] for k, v in res.items() if "error" in v}
         need(not errors, f"rows failed: {errors}")
         need(set(res) == set(rec["config"]["kinds"]), f"rows {sorted(res)}")
-        need(all(v["peak_reserved_bytes"] >= v["peak_allocated_bytes"] > 0 for v in res.values()), "memory")
+        need(
+            all(v["peak_reserved_bytes"] >= v["peak_allocated_bytes"] > 0 for v in res.values()),
+            "memory",
+        )
         need(r.returncode == 0, f"exit {r.returncode}")
         best = max(res, key=lambda k: res[k]["tokens_per_s"])
         return f"{len(res)} rows; fastest {best} {res[best]['tokens_per_s']:,.0f} tok/s"
 
     args = [*BENCH_ARGS, "--json-out", str(out)]
-    return Step("benchmark (1 GPU)", [PY, str(ROOT / "tests/benchmarks/bench_examples.py"), *args], check,
-                timeout=300, parse_bench=args)
+    return Step(
+        "benchmark (1 GPU)",
+        [PY, str(ROOT / "tests/benchmarks/bench_examples.py"), *args],
+        check,
+        timeout=300,
+        parse_bench=args,
+    )
 
 
 def all_steps(tmp: Path) -> list[Step]:
@@ -367,7 +510,9 @@ def run_step(step: Step, tmp: Path) -> tuple[str, str]:
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(k, None)
     try:
-        out = subprocess.run(step.cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=step.timeout)
+        out = subprocess.run(
+            step.cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=step.timeout
+        )
     except subprocess.TimeoutExpired as e:
         return "FAIL", f"timed out after {step.timeout}s: {str(e.stderr or '')[-200:]}"
     try:
@@ -436,17 +581,28 @@ def table(rows: list[tuple[str, str, float, str]]) -> str:
     out += [f"{name:<{w}}  {res:<6}  {sec:>6.1f}  {note}" for name, res, sec, note in rows]
     passed = sum(r[1] in ("PASS", "DRY") for r in rows)
     failed = sum(r[1] == "FAIL" for r in rows)
-    out.append(f"{passed} passed, {failed} failed, {len(rows) - passed - failed} skipped, "
-               f"{sum(r[2] for r in rows):.0f} s")
+    out.append(
+        f"{passed} passed, {failed} failed, {len(rows) - passed - failed} skipped, "
+        f"{sum(r[2] for r in rows):.0f} s"
+    )
     return "\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--cpu-dry-run", action="store_true", help="check every step's command; run none")
-    p.add_argument("--dry-fail", metavar="NAME", action="append", default=[],
-                   help="with --cpu-dry-run: stub this step as failed")
-    p.add_argument("--only", metavar="TEXT", action="append", default=[], help="steps whose name contains TEXT")
+    p.add_argument(
+        "--cpu-dry-run", action="store_true", help="check every step's command; run none"
+    )
+    p.add_argument(
+        "--dry-fail",
+        metavar="NAME",
+        action="append",
+        default=[],
+        help="with --cpu-dry-run: stub this step as failed",
+    )
+    p.add_argument(
+        "--only", metavar="TEXT", action="append", default=[], help="steps whose name contains TEXT"
+    )
     p.add_argument("--list", action="store_true", help="print the steps and exit")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="gpu-run-") as t:
@@ -461,7 +617,10 @@ def main(argv: list[str] | None = None) -> int:
             import torch
 
             if not torch.cuda.is_available():
-                print("error: no CUDA GPU visible (use --cpu-dry-run to check the commands)", file=sys.stderr)
+                print(
+                    "error: no CUDA GPU visible (use --cpu-dry-run to check the commands)",
+                    file=sys.stderr,
+                )
                 return 2
         rows, start = [], time.monotonic()
         for step in steps:

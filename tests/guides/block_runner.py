@@ -37,7 +37,11 @@ def _setups() -> dict:
     for f in sorted((HERE / "setups").glob("*.py")):
         mod = importlib.import_module(f.stem)
         for name, obj in vars(mod).items():
-            if callable(obj) and not name.startswith("_") and getattr(obj, "__module__", "") == mod.__name__:
+            if (
+                callable(obj)
+                and not name.startswith("_")
+                and getattr(obj, "__module__", "") == mod.__name__
+            ):
                 found[name] = obj
     return found
 
@@ -66,8 +70,13 @@ def cpu_patches():
 
 
 def _fresh_store():
-    base = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
-                         int(os.environ["WORLD_SIZE"]), is_master=False, timeout=TIMEOUT)
+    base = dist.TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        int(os.environ["WORLD_SIZE"]),
+        is_master=False,
+        timeout=TIMEOUT,
+    )
     return dist.PrefixStore(f"group{_GROUPS[0]}", base)
 
 
@@ -83,8 +92,11 @@ def own_group_store():
     def init(*args, **kwargs):
         _GROUPS[0] += 1
         if _GROUPS[0] > 1 and "store" not in kwargs and "init_method" not in kwargs:
-            kwargs.update(store=_fresh_store(), rank=int(os.environ["RANK"]),
-                          world_size=int(os.environ["WORLD_SIZE"]))
+            kwargs.update(
+                store=_fresh_store(),
+                rank=int(os.environ["RANK"]),
+                world_size=int(os.environ["WORLD_SIZE"]),
+            )
         return real(*args, **kwargs)
 
     dist.init_process_group = init
@@ -107,13 +119,23 @@ def ensure_group(code: str) -> None:
 def run_block(b: dict, setups: dict) -> str:
     code = cpu_text(b["code"]) if b["adapt"] == "cpu" else b["code"]
     ensure_group(code)
-    ns = {"__name__": "__main__", "os": os, "contextlib": contextlib, "torch": torch, "nn": nn,
-          "F": F, "dist": dist}
+    ns = {
+        "__name__": "__main__",
+        "os": os,
+        "contextlib": contextlib,
+        "torch": torch,
+        "nn": nn,
+        "F": F,
+        "dist": dist,
+    }
     torch.manual_seed(0)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            with cpu_patches() if b["adapt"] == "cpu" else contextlib.nullcontext(), own_group_store():
+            with (
+                cpu_patches() if b["adapt"] == "cpu" else contextlib.nullcontext(),
+                own_group_store(),
+            ):
                 if b["setup"]:
                     setups[b["setup"]](ns)
                 exec(compile(code, b["id"], "exec"), ns)

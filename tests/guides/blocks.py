@@ -34,9 +34,9 @@ class MarkerError(ValueError):
 @dataclass
 class Block:
     path: Path
-    line: int                 # line of the opening fence
+    line: int  # line of the opening fence
     code: str
-    mode: str = ""            # run | norun | "" (unmarked)
+    mode: str = ""  # run | norun | "" (unmarked)
     world: int = 1
     setup: str = ""
     adapt: str = ""
@@ -92,7 +92,7 @@ def parse_file(path: Path) -> list[Block]:
             while j < len(lines) and not lines[j].strip().startswith("```"):
                 j += 1
             if lang == "python":
-                block = Block(path, i + 1, "\n".join(lines[i + 1:j]))
+                block = Block(path, i + 1, "\n".join(lines[i + 1 : j]))
                 k = i - 1
                 while k >= 0 and not lines[k].strip():
                     k -= 1

@@ -11,9 +11,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-import pytest
-
 import blocks as blocks_mod
+import pytest
 
 HERE = Path(__file__).resolve().parent
 ALL = blocks_mod.all_blocks()
@@ -30,7 +29,10 @@ def _setup_names() -> set[str]:
 
 def test_every_block_is_marked():
     unmarked = [b.id for b in ALL if not b.mode]
-    assert not unmarked, "python blocks with no run/norun marker (see tests/guides/blocks.py):\n" + "\n".join(unmarked)
+    assert not unmarked, (
+        "python blocks with no run/norun marker (see tests/guides/blocks.py):\n"
+        + "\n".join(unmarked)
+    )
 
 
 def test_setups_exist():
@@ -42,7 +44,9 @@ def test_setups_exist():
 def test_unmarked_block_is_reported(tmp_path):
     # The check above must be able to fail.
     page = tmp_path / "g.md"
-    page.write_text("# t\n\n```python\nprint(1)\n```\n\n<!-- run: world=2 -->\n```python\nprint(2)\n```\n")
+    page.write_text(
+        "# t\n\n```python\nprint(1)\n```\n\n<!-- run: world=2 -->\n```python\nprint(2)\n```\n"
+    )
     found = blocks_mod.parse_file(page)
     assert [b.mode for b in found] == ["", "run"] and found[1].world == 2
 
@@ -61,21 +65,51 @@ def kill_tree(proc: subprocess.Popen, marker: str) -> None:
 
 def run_world(blocks: list, world: int) -> dict[str, list[str]]:
     """Run blocks on `world` gloo ranks; {block id: [error per rank]} ('' = passed)."""
-    payload = [{"id": b.id, "code": b.code, "setup": b.setup, "adapt": b.adapt, "raises": b.raises,
-                "legacy": "legacy" in b.flags} for b in blocks]
+    payload = [
+        {
+            "id": b.id,
+            "code": b.code,
+            "setup": b.setup,
+            "adapt": b.adapt,
+            "raises": b.raises,
+            "legacy": "legacy" in b.flags,
+        }
+        for b in blocks
+    ]
     with tempfile.TemporaryDirectory() as tmp:
         spec = Path(tmp) / "blocks.json"
         spec.write_text(json.dumps(payload))
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-        for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCH_DISTRIBUTED_DEBUG"):
+        for k in (
+            "RANK",
+            "WORLD_SIZE",
+            "LOCAL_RANK",
+            "MASTER_ADDR",
+            "MASTER_PORT",
+            "TORCH_DISTRIBUTED_DEBUG",
+        ):
             env.pop(k, None)
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}",
-               str(HERE / "block_runner.py"), str(spec), tmp]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={world}",
+            str(HERE / "block_runner.py"),
+            str(spec),
+            tmp,
+        ]
         log = Path(tmp) / "stderr.txt"
         with open(log, "w") as err_f:
             # No pipes: a worker that outlives the launcher must not keep the test waiting on one.
-            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err_f, env=env,
-                                    cwd=blocks_mod.ROOT, start_new_session=True)
+            proc = subprocess.Popen(
+                cmd,
+                stdout=subprocess.DEVNULL,
+                stderr=err_f,
+                env=env,
+                cwd=blocks_mod.ROOT,
+                start_new_session=True,
+            )
             try:
                 proc.wait(timeout=LAUNCH_TIMEOUT_S)
                 note = ""
@@ -89,7 +123,9 @@ def run_world(blocks: list, world: int) -> dict[str, list[str]]:
             f = Path(tmp) / f"rank{rank}.json"
             got = json.loads(f.read_text()) if f.exists() else {}
             for b in blocks:
-                results[b.id].append(got.get(b.id, f"rank {rank} never finished this block: {err[-1500:]}"))
+                results[b.id].append(
+                    got.get(b.id, f"rank {rank} never finished this block: {err[-1500:]}")
+                )
         return results
 
 
@@ -100,8 +136,11 @@ def owns_group(block) -> bool:
 @pytest.fixture(scope="module")
 def cpu_results(request):
     # Only the blocks whose tests were selected (`-k checkpointing` runs that guide's blocks).
-    selected = {item.callspec.id for item in request.session.items
-                if item.originalname == "test_block_runs" and hasattr(item, "callspec")}
+    selected = {
+        item.callspec.id
+        for item in request.session.items
+        if item.originalname == "test_block_runs" and hasattr(item, "callspec")
+    }
     todo = [b for b in CPU if b.id in selected]
     out = {}
     for world in sorted({b.world for b in todo}):
@@ -124,9 +163,11 @@ def test_block_runs(block, cpu_results):
 def test_failing_block_fails(tmp_path):
     # A block that raises, or warns FutureWarning, must be reported as failing.
     page = tmp_path / "g.md"
-    page.write_text("<!-- run: world=1 -->\n```python\nraise RuntimeError('boom')\n```\n\n"
-                    "<!-- run: world=1 -->\n```python\nimport warnings\nwarnings.warn('old', FutureWarning)\n```\n\n"
-                    "<!-- run: world=1 raises=boom -->\n```python\nraise RuntimeError('boom')\n```\n")
+    page.write_text(
+        "<!-- run: world=1 -->\n```python\nraise RuntimeError('boom')\n```\n\n"
+        "<!-- run: world=1 -->\n```python\nimport warnings\nwarnings.warn('old', FutureWarning)\n```\n\n"
+        "<!-- run: world=1 raises=boom -->\n```python\nraise RuntimeError('boom')\n```\n"
+    )
     found = blocks_mod.parse_file(page)
     for b in found:
         b.path = blocks_mod.ROOT / "t" / b.path.name

@@ -24,13 +24,22 @@ QUERY = "fully_shard mixed precision"
 
 def server_params(data_dir, **env):
     return StdioServerParameters(
-        command=sys.executable, args=["-m", "fsdp_skill.cli", "mcp"], cwd=str(REPO),
-        env={"FSDP_SKILL_ROOT": str(REPO), "FSDP_SKILL_DATA_DIR": str(data_dir), "OMP_NUM_THREADS": "1",
-             "PYTHONPATH": str(REPO / "src"), **env})
+        command=sys.executable,
+        args=["-m", "fsdp_skill.cli", "mcp"],
+        cwd=str(REPO),
+        env={
+            "FSDP_SKILL_ROOT": str(REPO),
+            "FSDP_SKILL_DATA_DIR": str(data_dir),
+            "OMP_NUM_THREADS": "1",
+            "PYTHONPATH": str(REPO / "src"),
+            **env,
+        },
+    )
 
 
 def session(data_dir, body, mode="legacy"):
     """Run `await body(client)` against a fresh server process; returns what body returns."""
+
     async def main():
         async with Client(server_params(data_dir), mode=mode, read_timeout_seconds=120) as client:
             return await body(client)
@@ -40,8 +49,13 @@ def session(data_dir, body, mode="legacy"):
 
 def cli_json(args, data_dir):
     env = dict(os.environ, FSDP_SKILL_ROOT=str(REPO), FSDP_SKILL_DATA_DIR=str(data_dir))
-    out = subprocess.run([sys.executable, str(REPO / "scripts" / "search.py"), *args], env=env,
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "search.py"), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout
 
@@ -55,23 +69,32 @@ def test_full_session_initialize_list_call_each_tool_and_bad_calls(built_data):
         got = {"info": client.server_info, "instructions": client.instructions}
         got["tools"] = (await client.list_tools()).tools
         got["search"] = await client.call_tool("search_docs", {"query": QUERY, "k": 3})
-        got["search_guides"] = await client.call_tool("search_docs", {"query": QUERY, "k": 2, "source": "guide"})
+        got["search_guides"] = await client.call_tool(
+            "search_docs", {"query": QUERY, "k": 2, "source": "guide"}
+        )
         hit = got["search"].structured_content["results"][0]
         got["read_id"] = await client.call_tool("read_reference", {"path_or_id": hit["id"]})
-        got["read_api"] = await client.call_tool("read_reference", {"path_or_id": "torch.distributed.fsdp.fully_shard"})
-        got["read_page"] = await client.call_tool("read_reference", {"path_or_id": "references/guides/checkpointing.md"})
+        got["read_api"] = await client.call_tool(
+            "read_reference", {"path_or_id": "torch.distributed.fsdp.fully_shard"}
+        )
+        got["read_page"] = await client.call_tool(
+            "read_reference", {"path_or_id": "references/guides/checkpointing.md"}
+        )
         got["examples"] = await client.call_tool("list_examples", {})
         got["example"] = await client.call_tool("get_example", {"name": "fsdp2_train"})
-        got["bad"] = [await client.call_tool(name, args) for name, args in [
-            ("search_docs", {"query": "   "}),
-            ("search_docs", {"query": "x", "k": 0}),
-            ("search_docs", {"query": "x", "k": "many"}),
-            ("search_docs", {"query": "x", "source": "blog"}),
-            ("search_docs", {}),
-            ("read_reference", {"path_or_id": "references/guides/nope.md#nothing"}),
-            ("get_example", {"name": "../../etc/passwd"}),
-            ("get_example", {"name": "search"}),
-        ]]
+        got["bad"] = [
+            await client.call_tool(name, args)
+            for name, args in [
+                ("search_docs", {"query": "   "}),
+                ("search_docs", {"query": "x", "k": 0}),
+                ("search_docs", {"query": "x", "k": "many"}),
+                ("search_docs", {"query": "x", "source": "blog"}),
+                ("search_docs", {}),
+                ("read_reference", {"path_or_id": "references/guides/nope.md#nothing"}),
+                ("get_example", {"name": "../../etc/passwd"}),
+                ("get_example", {"name": "search"}),
+            ]
+        ]
         # The server survived every bad call.
         got["after"] = await client.call_tool("search_docs", {"query": QUERY, "k": 3})
         return got
@@ -83,10 +106,17 @@ def test_full_session_initialize_list_call_each_tool_and_bad_calls(built_data):
     tools = {t.name: t for t in got["tools"]}
     assert set(tools) == TOOLS
     for t in tools.values():
-        assert len(t.description) > 150, t.name  # written for an agent: when to call it, what it returns
+        assert len(t.description) > 150, (
+            t.name
+        )  # written for an agent: when to call it, what it returns
         assert t.annotations.read_only_hint is True
     schema = tools["search_docs"].input_schema
-    assert schema["required"] == ["query"] and set(schema["properties"]) == {"query", "k", "source", "page"}
+    assert schema["required"] == ["query"] and set(schema["properties"]) == {
+        "query",
+        "k",
+        "source",
+        "page",
+    }
 
     # search_docs: the CLI's ranked hits, its markdown, its --json object.
     search = got["search"]
@@ -105,9 +135,15 @@ def test_full_session_initialize_list_call_each_tool_and_bad_calls(built_data):
     assert not read.is_error and read.structured_content["kind"] == "section"
     hit = search.structured_content["results"][0]
     assert hit["text"][:200] in read.structured_content["text"]
-    assert read.structured_content["url"] == hit["url"] and read.structured_content["path"] == hit["path"]
+    assert (
+        read.structured_content["url"] == hit["url"]
+        and read.structured_content["path"] == hit["path"]
+    )
     api = got["read_api"].structured_content
-    assert api["source"] in ("docstring", "web") and "torch.distributed.fsdp.fully_shard" in api["objects"]
+    assert (
+        api["source"] in ("docstring", "web")
+        and "torch.distributed.fsdp.fully_shard" in api["objects"]
+    )
     assert "Source: https://docs.pytorch.org/docs/2." in text_of(got["read_api"])
     page = got["read_page"].structured_content
     assert page["kind"] == "page" and len(page["sections"]) > 3
@@ -124,9 +160,16 @@ def test_full_session_initialize_list_call_each_tool_and_bad_calls(built_data):
     assert example["torchrun"] in text_of(got["example"])
 
     # Bad arguments: MCP error results, one line each, naming the problem.
-    needles = ["query is empty", "k: Input should be greater than or equal to 1", "k: Input should be a valid integer",
-               "source: Input should be", "query: Field required", "no reference section", "no example",
-               "no example 'search'"]
+    needles = [
+        "query is empty",
+        "k: Input should be greater than or equal to 1",
+        "k: Input should be a valid integer",
+        "source: Input should be",
+        "query: Field required",
+        "no reference section",
+        "no example",
+        "no example 'search'",
+    ]
     for result, needle in zip(got["bad"], needles):
         assert result.is_error, needle
         text = text_of(result)
@@ -135,7 +178,9 @@ def test_full_session_initialize_list_call_each_tool_and_bad_calls(built_data):
 
 def test_newer_protocol_negotiation_works_too(built_data):
     async def body(client):
-        return await client.call_tool("search_docs", {"query": "DistributedSampler set_epoch", "k": 2})
+        return await client.call_tool(
+            "search_docs", {"query": "DistributedSampler set_epoch", "k": 2}
+        )
 
     result = session(built_data, body, mode="auto")
     assert not result.is_error and len(result.structured_content["results"]) == 2
@@ -151,18 +196,50 @@ def test_stdout_carries_only_protocol_messages_even_while_building(built_data, t
     data = tmp_path / "data"
     shutil.copytree(built_data, data)
     shutil.rmtree(data / "index")  # the API pages stay: rebuilding the index takes a second or two
-    env = dict(os.environ, FSDP_SKILL_ROOT=str(REPO), FSDP_SKILL_DATA_DIR=str(data), OMP_NUM_THREADS="1")
+    env = dict(
+        os.environ, FSDP_SKILL_ROOT=str(REPO), FSDP_SKILL_DATA_DIR=str(data), OMP_NUM_THREADS="1"
+    )
     msgs = [
-        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}},
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "0"},
+            },
+        },
         {"jsonrpc": "2.0", "method": "notifications/initialized"},
         {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
-        {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "search_docs", "arguments": {"query": QUERY}}},
-        {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "get_example", "arguments": {"name": "nope"}}},
-        {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "no_such_tool", "arguments": {}}},
+        {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "tools/call",
+            "params": {"name": "search_docs", "arguments": {"query": QUERY}},
+        },
+        {
+            "jsonrpc": "2.0",
+            "id": 4,
+            "method": "tools/call",
+            "params": {"name": "get_example", "arguments": {"name": "nope"}},
+        },
+        {
+            "jsonrpc": "2.0",
+            "id": 5,
+            "method": "tools/call",
+            "params": {"name": "no_such_tool", "arguments": {}},
+        },
     ]
-    proc = subprocess.Popen([sys.executable, "-m", "fsdp_skill.cli", "mcp"], env=env, cwd=REPO, text=True,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fsdp_skill.cli", "mcp"],
+        env=env,
+        cwd=REPO,
+        text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     lines, wanted = [], {1, 2, 3, 4, 5}
 
     def read_until_answered():
@@ -185,7 +262,10 @@ def test_stdout_carries_only_protocol_messages_even_while_building(built_data, t
     assert all(f.get("jsonrpc") == "2.0" for f in frames), stdout[:2000]
     by_id = {f["id"]: f for f in frames if "id" in f}
     assert set(by_id) == {1, 2, 3, 4, 5}, (stdout[-2000:], stderr[-2000:])
-    assert by_id[3]["result"]["isError"] is False and by_id[3]["result"]["structuredContent"]["results"]
+    assert (
+        by_id[3]["result"]["isError"] is False
+        and by_id[3]["result"]["structuredContent"]["results"]
+    )
     assert by_id[4]["result"]["isError"] is True
     assert "error" in by_id[5] or by_id[5]["result"]["isError"] is True
     assert "building the search index" in stderr  # the build spoke, on stderr
@@ -209,12 +289,15 @@ def test_bad_command_line_and_missing_sdk_are_one_line(monkeypatch, capsys):
 
 
 def test_index_is_opened_once_per_process(built_data, monkeypatch):
-    from fsdp_skill import mcp_server, search
+    from fsdp_skill import mcp_server
+    from fsdp_skill.search import engine as search
 
     monkeypatch.setenv("FSDP_SKILL_DATA_DIR", str(built_data))
     opened = []
     real = search.open_fresh
-    monkeypatch.setattr(search, "open_fresh", lambda root=None, **kw: opened.append(root) or real(root, **kw))
+    monkeypatch.setattr(
+        search, "open_fresh", lambda root=None, **kw: opened.append(root) or real(root, **kw)
+    )
     docs = mcp_server.Docs(str(REPO))
     try:
         for q in ("fully_shard", "DistributedSampler", "NCCL timeout"):

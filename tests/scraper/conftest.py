@@ -47,8 +47,14 @@ def site_server(fixture_site):
     server.server_close()
 
 
-FAST_CLIENT = ClientSettings(user_agent="fsdp-skill-tests", min_interval_s=0.0,
-                             connect_timeout_s=2.0, read_timeout_s=0.5, retries=2, backoff_s=0.0)
+FAST_CLIENT = ClientSettings(
+    user_agent="fsdp-skill-tests",
+    min_interval_s=0.0,
+    connect_timeout_s=2.0,
+    read_timeout_s=0.5,
+    retries=2,
+    backoff_s=0.0,
+)
 
 
 @pytest.fixture(scope="session")
@@ -83,11 +89,13 @@ NO_ARTICLE_HTML = "<html><head><title>Oops</title></head><body><div>No article</
 
 def make_inventory(objects: list[tuple[str, str, str]]) -> bytes:
     import sphobjinv as soi
+
     inv = soi.Inventory()
     inv.project, inv.version = "PyTorch", "2.13"
     for name, role, uri in objects:
-        inv.objects.append(soi.DataObjStr(name=name, domain="py", role=role, priority="1",
-                                          uri=uri, dispname="-"))
+        inv.objects.append(
+            soi.DataObjStr(name=name, domain="py", role=role, priority="1", uri=uri, dispname="-")
+        )
     return soi.compress(inv.data_file(contract=True))
 
 
@@ -106,11 +114,18 @@ class FaultSite:
 
     def body(self, path: str) -> bytes | None:
         if path == "/docs/2.13/objects.inv":
-            return make_inventory([(f"torch.fake.{n}", "function", f"{n}.html#$") for n in self.names])
+            return make_inventory(
+                [(f"torch.fake.{n}", "function", f"{n}.html#$") for n in self.names]
+            )
         for n in self.names:
             if path == f"/docs/2.13/{n}.html":
-                return PAGE_HTML.format(title=f"Page {n}", slug=f"page-{n}", prose=self.prose,
-                                        obj=f"torch.fake.{n}", name=n).encode()
+                return PAGE_HTML.format(
+                    title=f"Page {n}",
+                    slug=f"page-{n}",
+                    prose=self.prose,
+                    obj=f"torch.fake.{n}",
+                    name=n,
+                ).encode()
         return None
 
     def handler(self):
@@ -168,11 +183,15 @@ def fault_site():
     site = FaultSite()
     server, url = _start(site.handler())
     site.url = url
-    site.config = parse_config({
-        "version": "2.13", "site_root": "https://docs.pytorch.org/", "docs_base": "docs/{version}/",
-        "tutorials_base": "tutorials/",
-        "pages": [{"page": n, "category": "reference"} for n in site.names],
-    }).with_overrides(base_url=url)
+    site.config = parse_config(
+        {
+            "version": "2.13",
+            "site_root": "https://docs.pytorch.org/",
+            "docs_base": "docs/{version}/",
+            "tutorials_base": "tutorials/",
+            "pages": [{"page": n, "category": "reference"} for n in site.names],
+        }
+    ).with_overrides(base_url=url)
     site.config = replace(site.config, client=FAST_CLIENT)
     yield site
     server.shutdown()

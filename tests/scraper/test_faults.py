@@ -12,8 +12,11 @@ from fsdp_skill.sources.web.scrape import ScrapeError, scrape
 
 
 def _tree(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and ".cache" not in p.parts and not p.name.endswith(".lock")}
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and ".cache" not in p.parts and not p.name.endswith(".lock")
+    }
 
 
 def fake_builder(refs_root, index_dir, *, web_dir=None):
@@ -33,7 +36,7 @@ def refs(fault_site, tmp_path):
     """references/ after one good scrape, with a snapshot of its files."""
     root = tmp_path / "references"
     _scrape(fault_site, root)
-    fault_site.prose = "Second version."   # so a successful refresh would change files
+    fault_site.prose = "Second version."  # so a successful refresh would change files
     return root
 
 
@@ -69,7 +72,7 @@ def test_timeout_fails_after_retries(fault_site, refs):
 def test_truncated_body_fails(fault_site, refs):
     fault_site.plan["/docs/2.13/alpha.html"] = ["truncate"]
     _expect_failure(fault_site, refs, r"alpha.*gave up after 3 tries")
-    assert fault_site.hits["/docs/2.13/alpha.html"] == 1 + 3   # the first scrape + 3 tries
+    assert fault_site.hits["/docs/2.13/alpha.html"] == 1 + 3  # the first scrape + 3 tries
 
 
 def test_truncated_then_good_body_recovers(fault_site, refs):
@@ -85,7 +88,7 @@ def test_redirect_to_other_host_is_refused(fault_site, refs):
 def test_404_page_fails_without_retry(fault_site, refs):
     fault_site.plan["/docs/2.13/beta.html"] = ["404"]
     _expect_failure(fault_site, refs, r"page beta: .*HTTP 404")
-    assert fault_site.hits["/docs/2.13/beta.html"] == 2   # the first scrape + one try
+    assert fault_site.hits["/docs/2.13/beta.html"] == 2  # the first scrape + one try
 
 
 def test_page_without_main_article_fails(fault_site, refs):
@@ -96,6 +99,7 @@ def test_page_without_main_article_fails(fault_site, refs):
 def test_index_build_failure_keeps_previous(fault_site, refs):
     def broken(refs_root, index_dir, *, web_dir=None):
         raise RuntimeError("disk full")
+
     before = _tree(refs)
     with pytest.raises(ScrapeError, match="index build failed: RuntimeError: disk full"):
         _scrape(fault_site, refs, index_builder=broken)
@@ -116,8 +120,12 @@ def test_change_report_names_changed_pages(fault_site, refs):
     fault_site.names = ["alpha", "gamma"]
     site_cfg = fault_site.config
     from dataclasses import replace
+
     from fsdp_skill.sources.web.config import PageSpec
-    fault_site.config = replace(site_cfg, pages=(PageSpec("alpha", "reference"), PageSpec("gamma", "reference")))
+
+    fault_site.config = replace(
+        site_cfg, pages=(PageSpec("alpha", "reference"), PageSpec("gamma", "reference"))
+    )
     report = _scrape(fault_site, refs).report
     assert report.pages_added == ["gamma"] and report.pages_removed == ["beta"]
     assert report.pages_changed == ["alpha"]
@@ -128,9 +136,14 @@ def test_change_report_names_changed_pages(fault_site, refs):
 
 # ---- the client on its own ---------------------------------------------------------------
 
+
 def _client(site, tmp_path, hosts=None):
-    return PoliteClient(site.config.client, hosts or {site.url.split("/")[2]}, RawCache(tmp_path / "cache"),
-                        log=lambda m: None)
+    return PoliteClient(
+        site.config.client,
+        hosts or {site.url.split("/")[2]},
+        RawCache(tmp_path / "cache"),
+        log=lambda m: None,
+    )
 
 
 def test_client_refuses_hosts_outside_allowlist(fault_site, tmp_path):
@@ -150,9 +163,15 @@ def test_client_sends_user_agent_and_no_retry_on_4xx(fault_site, tmp_path):
 
 def test_rate_limit_spaces_requests(fault_site, tmp_path):
     from dataclasses import replace
+
     waits = []
-    client = PoliteClient(replace(fault_site.config.client, min_interval_s=5.0), {fault_site.url.split("/")[2]},
-                          None, sleep=waits.append, log=lambda m: None)
+    client = PoliteClient(
+        replace(fault_site.config.client, min_interval_s=5.0),
+        {fault_site.url.split("/")[2]},
+        None,
+        sleep=waits.append,
+        log=lambda m: None,
+    )
     client.fetch(fault_site.url + "docs/2.13/alpha.html")
     client.fetch(fault_site.url + "docs/2.13/beta.html")
     assert len(waits) == 1 and 4.0 < waits[0] <= 5.0
@@ -160,9 +179,15 @@ def test_rate_limit_spaces_requests(fault_site, tmp_path):
 
 def test_backoff_doubles(fault_site, tmp_path):
     from dataclasses import replace
+
     waits = []
     fault_site.plan["/docs/2.13/alpha.html"] = ["500", "500", "ok"]
-    client = PoliteClient(replace(fault_site.config.client, backoff_s=1.0), {fault_site.url.split("/")[2]},
-                          None, sleep=waits.append, log=lambda m: None)
+    client = PoliteClient(
+        replace(fault_site.config.client, backoff_s=1.0),
+        {fault_site.url.split("/")[2]},
+        None,
+        sleep=waits.append,
+        log=lambda m: None,
+    )
     assert client.fetch(fault_site.url + "docs/2.13/alpha.html").status == 200
     assert waits == [1.0, 2.0]

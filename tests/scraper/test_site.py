@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
-
 import pytest
 
 from fsdp_skill.sources.web.inventory import parse_inventory
 from fsdp_skill.sources.web.scrape import default_chunker, scrape
 
-FURNITURE = ["[source]", "\u00b6", "Rate this", "\u2605", "Send Feedback", "PyData Sphinx Theme",
-             "@context", "articleBody", "Link to this", "previous</", "Created On",
-             "Last Updated", "resourcesDropdown", "On this page"]
+FURNITURE = [
+    "[source]",
+    "\u00b6",
+    "Rate this",
+    "\u2605",
+    "Send Feedback",
+    "PyData Sphinx Theme",
+    "@context",
+    "articleBody",
+    "Link to this",
+    "previous</",
+    "Created On",
+    "Last Updated",
+    "resourcesDropdown",
+    "On this page",
+]
 
 
 @pytest.fixture(scope="module")
@@ -57,11 +69,13 @@ def test_no_furniture_leaks(scraped, site_config):
 def test_api_entry_join(scraped):
     md = page(scraped, "distributed.algorithms.join")
     assert "title: Generic Join Context Manager\n" in md
-    assert ("## torch.distributed.algorithms.Join\n"
-            "<!-- objects: torch.distributed.algorithms.Join, torch.distributed.algorithms.join.Join -->\n"
-            "<!-- anchor: torch.distributed.algorithms.Join -->\n\n```python\n"
-            "class torch.distributed.algorithms.Join(joinables, enable=True, "
-            "throw_on_early_termination=False, **kwargs)\n```") in md
+    assert (
+        "## torch.distributed.algorithms.Join\n"
+        "<!-- objects: torch.distributed.algorithms.Join, torch.distributed.algorithms.join.Join -->\n"
+        "<!-- anchor: torch.distributed.algorithms.Join -->\n\n```python\n"
+        "class torch.distributed.algorithms.Join(joinables, enable=True, "
+        "throw_on_early_termination=False, **kwargs)\n```"
+    ) in md
     assert "### torch.distributed.algorithms.Join.notify_join_context\n" in md
     assert "```python\nstatic notify_join_context(joinable)\n```" in md
     assert "- **joinables** (`List[Joinable]`) \u2013 a list of the participating" in md
@@ -73,13 +87,19 @@ def test_api_entry_join(scraped):
 
 def test_fully_shard_and_ddp_pages(scraped):
     md = page(scraped, "distributed.fsdp.fully_shard")
-    assert "<!-- anchor: torch.distributed.fsdp.fully_shard -->\n\n```python\n" \
-           "torch.distributed.fsdp.fully_shard(module, *, mesh=None" in md
+    assert (
+        "<!-- anchor: torch.distributed.fsdp.fully_shard -->\n\n```python\n"
+        "torch.distributed.fsdp.fully_shard(module, *, mesh=None" in md
+    )
     assert "- **reshard_after_forward** (`" in md
     ddp = page(scraped, "generated/torch.nn.parallel.DistributedDataParallel")
-    assert "# torch.nn.parallel.DistributedDataParallel\n" in ddp or \
-           "## torch.nn.parallel.DistributedDataParallel\n" in ddp
-    assert "```python\nclass torch.nn.parallel.DistributedDataParallel(module, device_ids=None" in ddp
+    assert (
+        "# torch.nn.parallel.DistributedDataParallel\n" in ddp
+        or "## torch.nn.parallel.DistributedDataParallel\n" in ddp
+    )
+    assert (
+        "```python\nclass torch.nn.parallel.DistributedDataParallel(module, device_ids=None" in ddp
+    )
 
 
 def test_prose_pages_and_tables(scraped):
@@ -103,8 +123,9 @@ def test_every_inventory_object_is_carried_by_a_chunk(scraped, site_config, fixt
     chunk_page = default_chunker()
     if chunk_page is None:
         pytest.skip("fsdp_skill.chunking not available")
-    inv = parse_inventory((fixture_site / "docs/2.13/objects.inv").read_bytes(),
-                          "https://docs.pytorch.org/docs/2.13/").by_page()
+    inv = parse_inventory(
+        (fixture_site / "docs/2.13/objects.inv").read_bytes(), "https://docs.pytorch.org/docs/2.13/"
+    ).by_page()
     checked = 0
     for spec in site_config.pages:
         chunks = chunk_page(refs / "web" / f"{spec.page}.md")
@@ -123,7 +144,11 @@ def test_refresh_without_changes_is_all_304_and_rewrites_nothing(scraped, site_c
     result = scrape(site_config, refs, log=lambda m: None)
     assert not result.changed
     assert result.not_modified == result.pages
-    assert result.requests == result.pages + 2       # + both objects.inv
-    after = {p: (p.stat().st_mtime_ns, p.stat().st_ino) for p in refs.rglob("*") if p.is_file()
-             if not p.name.endswith(".lock")}
+    assert result.requests == result.pages + 2  # + both objects.inv
+    after = {
+        p: (p.stat().st_mtime_ns, p.stat().st_ino)
+        for p in refs.rglob("*")
+        if p.is_file()
+        if not p.name.endswith(".lock")
+    }
     assert after == {p: s for p, s in stamps.items() if not p.name.endswith(".lock")}

@@ -84,7 +84,15 @@ def test_function_reexported_over_its_submodule(fakeapi):
 
 @pytest.mark.parametrize(
     "name",
-    ["fakeapi.nope", "fakeapi.sub.nope.deeper", "fakeapi..x", "fakeapi.1x", "", "fakeapi.__main__", "os.path"],
+    [
+        "fakeapi.nope",
+        "fakeapi.sub.nope.deeper",
+        "fakeapi..x",
+        "fakeapi.1x",
+        "",
+        "fakeapi.__main__",
+        "os.path",
+    ],
 )
 def test_unresolved(fakeapi, name):
     assert apinames.lookup(name, ROOTS) == (False, None)
@@ -124,7 +132,8 @@ def test_real_torch_names():
     fully_shard = apinames.resolve("torch.distributed.fsdp.fully_shard")
     assert callable(fully_shard)
     assert apinames.same_object(
-        fully_shard, apinames.resolve("torch.distributed.fsdp._fully_shard._fully_shard.fully_shard")
+        fully_shard,
+        apinames.resolve("torch.distributed.fsdp._fully_shard._fully_shard.fully_shard"),
     )
     assert apinames.exists("torch.distributed.fsdp.FSDPModule")
     assert not apinames.exists("torch.distributed.fsdp.not_a_thing")

@@ -20,9 +20,20 @@ QUERY = "fully_shard reshard_after_forward"
 
 
 def fsdp_skill(*args, data_dir, cwd=None):
-    env = dict(os.environ, FSDP_SKILL_ROOT=str(REPO), FSDP_SKILL_DATA_DIR=str(data_dir), OMP_NUM_THREADS="1")
-    return subprocess.run([sys.executable, "-m", "fsdp_skill.cli", *args], env=env, cwd=cwd or REPO,
-                          capture_output=True, text=True, timeout=600)
+    env = dict(
+        os.environ,
+        FSDP_SKILL_ROOT=str(REPO),
+        FSDP_SKILL_DATA_DIR=str(data_dir),
+        OMP_NUM_THREADS="1",
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "fsdp_skill.cli", *args],
+        env=env,
+        cwd=cwd or REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def agentskills() -> str | None:
@@ -59,14 +70,24 @@ def unzip(zip_path: Path, dest: Path, tool: str = "python") -> Path:
 
 
 def bare_env(tmp_path: Path) -> dict[str, str]:
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "home"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path / "home"),
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+    }
     Path(env["HOME"]).mkdir(exist_ok=True)
     return env
 
 
 def search(python, skill, env, *flags, args=(QUERY, "--json", "--k", "3")):
-    return subprocess.run([str(python), *flags, str(skill / "scripts" / "search.py"), *args], cwd=skill,
-                          env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [str(python), *flags, str(skill / "scripts" / "search.py"), *args],
+        cwd=skill,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_name_and_metadata_carry_the_torch_version(made):
@@ -80,9 +101,17 @@ def test_name_and_metadata_carry_the_torch_version(made):
     assert front["metadata"]["torch-version"] == version
     assert front["name"] == "pytorch-fsdp"
     # The installed layout: SKILL.md, scripts, guides, generated pages and index, the package.
-    for rel in ("SKILL.md", "scripts/search.py", "scripts/fsdp2_train.py", "references/guides/fsdp2-quickstart.md",
-                "references/index/index.bin", "references/api/build-info.txt", "src/fsdp_skill/search.py",
-                "src/fsdp_skill/index/store.py", B.TIMES_FILE):
+    for rel in (
+        "SKILL.md",
+        "scripts/search.py",
+        "scripts/fsdp2_train.py",
+        "references/guides/fsdp2-quickstart.md",
+        "references/index/index.bin",
+        "references/api/build-info.txt",
+        "src/fsdp_skill/search/engine.py",
+        "src/fsdp_skill/index/store.py",
+        B.TIMES_FILE,
+    ):
         assert f"pytorch-fsdp/{rel}" in names, rel
     assert not any("__pycache__" in n or "/tests/" in n or n.endswith(".lock") for n in names)
 
@@ -103,7 +132,10 @@ def test_unzipped_bundle_validates_and_searches_with_no_packages(made, tmp_path)
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert data["torch_version"] == version and len(data["results"]) == 3
-    assert all(r["url"].startswith(("https://docs.pytorch.org/docs/2.", "references/guides/")) for r in data["results"])
+    assert all(
+        r["url"].startswith(("https://docs.pytorch.org/docs/2.", "references/guides/"))
+        for r in data["results"]
+    )
     assert "building" not in out.stderr  # served as shipped, nothing rebuilt
     assert (skill / "references" / "index" / "index.bin").read_bytes() == index_bytes
     assert not (skill / B.TIMES_FILE).exists()  # the times were restored once
@@ -117,7 +149,9 @@ def test_unzip_tool_and_a_bare_venv_work_too(made, tmp_path):
     if shutil.which("unzip") is None:
         pytest.skip("no unzip on this machine")
     skill = unzip(made[0], tmp_path / "empty", tool="unzip")
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True
+    )
     out = search(tmp_path / "bare" / "bin" / "python", skill, bare_env(tmp_path))
     assert out.returncode == 0, out.stderr
     assert len(json.loads(out.stdout)["results"]) == 3 and "building" not in out.stderr
@@ -131,27 +165,40 @@ def test_a_page_edited_after_unzipping_still_makes_the_index_stale(made, tmp_pat
     # Not served stale: the rebuild it needs cannot run with no packages, and it says what to install.
     assert out.returncode == 1 and out.stdout == ""
     lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("search.py: error: building the search index needs ")
+    assert len(lines) == 1 and lines[0].startswith(
+        "search.py: error: building the search index needs "
+    )
     assert "-m pip install" in lines[0]
 
 
 def test_with_torch_metadata_adds_or_replaces_one_entry():
     md = '---\nname: x\nmetadata:\n    version: "1"\n---\nbody\n'
     out = B.with_torch_metadata(md, "2.13.0")
-    assert out == '---\nname: x\nmetadata:\n    torch-version: "2.13.0"\n    version: "1"\n---\nbody\n'
+    assert (
+        out == '---\nname: x\nmetadata:\n    torch-version: "2.13.0"\n    version: "1"\n---\nbody\n'
+    )
     assert B.with_torch_metadata(out, "2.14.0").count("torch-version") == 1
-    assert B.with_torch_metadata("---\nname: x\n---\nb\n", "2.13.0") == \
-        '---\nname: x\nmetadata:\n  torch-version: "2.13.0"\n---\nb\n'
+    assert (
+        B.with_torch_metadata("---\nname: x\n---\nb\n", "2.13.0")
+        == '---\nname: x\nmetadata:\n  torch-version: "2.13.0"\n---\nb\n'
+    )
     with pytest.raises(ValueError):
         B.with_torch_metadata("no frontmatter", "1")
 
 
-@pytest.mark.parametrize("args,code,start", [
-    (["--output", "/nonexistent-dir/x.zip"], 1, "fsdp-skill bundle: /nonexistent-dir: no such folder"),
-    (["--output", "missing-dir/"], 1, "fsdp-skill bundle: missing-dir: no such folder"),
-    (["--bogus"], 2, "fsdp-skill bundle: error: unrecognized arguments: --bogus"),
-    (["--output", " "], 2, "fsdp-skill bundle: error: --output must name a file"),
-])
+@pytest.mark.parametrize(
+    "args,code,start",
+    [
+        (
+            ["--output", "/nonexistent-dir/x.zip"],
+            1,
+            "fsdp-skill bundle: /nonexistent-dir: no such folder",
+        ),
+        (["--output", "missing-dir/"], 1, "fsdp-skill bundle: missing-dir: no such folder"),
+        (["--bogus"], 2, "fsdp-skill bundle: error: unrecognized arguments: --bogus"),
+        (["--output", " "], 2, "fsdp-skill bundle: error: --output must name a file"),
+    ],
+)
 def test_bad_arguments_are_one_line(args, code, start, built_data, tmp_path):
     run = fsdp_skill("bundle", *args, data_dir=built_data, cwd=tmp_path)
     assert run.returncode == code

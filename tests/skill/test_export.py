@@ -9,9 +9,20 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def run(args, data_dir, cwd):
-    env = dict(os.environ, FSDP_SKILL_ROOT=str(REPO), FSDP_SKILL_DATA_DIR=str(data_dir), OMP_NUM_THREADS="1")
-    return subprocess.run([sys.executable, "-m", "fsdp_skill.cli", "export", *args], env=env, cwd=cwd,
-                          capture_output=True, text=True, timeout=300)
+    env = dict(
+        os.environ,
+        FSDP_SKILL_ROOT=str(REPO),
+        FSDP_SKILL_DATA_DIR=str(data_dir),
+        OMP_NUM_THREADS="1",
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "fsdp_skill.cli", "export", *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_llms_txt_lists_every_page_with_a_versioned_url(built_data, tmp_path):
@@ -28,7 +39,9 @@ def test_llms_txt_lists_every_page_with_a_versioned_url(built_data, tmp_path):
     api = [ln for ln in links if "docs.pytorch.org" in ln]
     assert api and all("](https://docs.pytorch.org/docs/2." in ln for ln in api)
     assert any("(references/guides/fsdp2-quickstart.md)" in ln for ln in links)
-    fully_shard = next(ln for ln in links if ln.startswith("- [torch.distributed.fsdp.fully_shard]("))
+    fully_shard = next(
+        ln for ln in links if ln.startswith("- [torch.distributed.fsdp.fully_shard](")
+    )
     assert "`torch.distributed.fsdp.fully_shard`" in fully_shard or "API entr" in fully_shard
     # The full file carries every page's text under its title and source.
     for ln in links:

@@ -25,15 +25,26 @@ QUERY = "fully_shard mixed precision"
 
 def plain_copy(dest: Path) -> Path:
     """What `git clone` gives: the files git tracks (and new ones it would), nothing it ignores."""
-    out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
-                         capture_output=True, check=True).stdout.decode().split("\0")
+    out = (
+        subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=REPO,
+            capture_output=True,
+            check=True,
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     skill = dest / "pytorch-fsdp"
     for rel in filter(None, out):
         src = REPO / rel
         if src.is_file() and not src.is_symlink():
             (skill / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, skill / rel)
-    assert not (skill / "references" / "index").exists() and not (skill / "references" / "api").exists()
+    assert (
+        not (skill / "references" / "index").exists()
+        and not (skill / "references" / "api").exists()
+    )
     return skill
 
 
@@ -56,7 +67,11 @@ def dist_closure(*names: str) -> list[metadata.Distribution]:
         except metadata.PackageNotFoundError:
             continue
         out.append(dist)
-        todo += [r for r in dist.requires or [] if "extra ==" not in r.replace("'", '"').replace(" ", " ")]
+        todo += [
+            r
+            for r in dist.requires or []
+            if "extra ==" not in r.replace("'", '"').replace(" ", " ")
+        ]
     return out
 
 
@@ -81,8 +96,12 @@ def venv(path: Path, *site_dirs: Path) -> Path:
     """A venv with no packages (made without pip), seeing only `site_dirs` through a .pth file."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
     python = path / "bin" / "python"
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     if site_dirs:
         (Path(site) / "links.pth").write_text("".join(f"{d}\n" for d in site_dirs))
     return python
@@ -90,15 +109,26 @@ def venv(path: Path, *site_dirs: Path) -> Path:
 
 def clean_env(tmp_path: Path) -> dict[str, str]:
     """No FSDP_SKILL_* and a fresh HOME and cache: the copy is all the search has."""
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path / "home"),
-           "XDG_CACHE_HOME": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1", "LANG": "C.UTF-8"}
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(tmp_path / "home"),
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+        "OMP_NUM_THREADS": "1",
+        "LANG": "C.UTF-8",
+    }
     Path(env["HOME"]).mkdir(exist_ok=True)
     return env
 
 
 def search(python, skill: Path, env, *flags, args=(QUERY,)):
-    return subprocess.run([str(python), *flags, str(skill / "scripts" / "search.py"), *args], cwd=skill,
-                          env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [str(python), *flags, str(skill / "scripts" / "search.py"), *args],
+        cwd=skill,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def the_one_line(out) -> str:
@@ -140,12 +170,16 @@ def test_python_with_torch_only_gets_the_pip_command_then_it_works(tmp_path, tor
     # This venv has no pip, so the command bootstraps it first; then installs exactly the build
     # requirements (torch is there already, so it is not reinstalled).
     assert cmd[:4] == [str(python), "-m", "ensurepip", "&&"]
-    assert cmd[4:8] == [str(python), "-m", "pip", "install"] and cmd[8:] == list(I.BUILD_REQUIREMENTS)
+    assert cmd[4:8] == [str(python), "-m", "pip", "install"] and cmd[8:] == list(
+        I.BUILD_REQUIREMENTS
+    )
     assert I.TORCH_REQUIREMENT not in cmd
 
     # What that pip command installs (offline here: the same distributions, linked in), and the
     # same first search now builds the references and the index and answers.
-    deps = link_packages(dist_closure(*(_name(r) for r in I.BUILD_REQUIREMENTS)), tmp_path / "build-deps")
+    deps = link_packages(
+        dist_closure(*(_name(r) for r in I.BUILD_REQUIREMENTS)), tmp_path / "build-deps"
+    )
     python = venv(tmp_path / "venv2", torch_site, deps)
     out = search(python, skill, env, args=(QUERY, "--k", "2"))
     assert out.returncode == 0, out.stderr[-3000:]
@@ -161,16 +195,28 @@ def test_python_with_nothing_gets_one_command_with_torch_too(tmp_path):
     line = the_one_line(search(sys.executable, skill, env, "-S", "-I"))
     cmd = command_in(line)
     pip_at = cmd.index("pip")
-    assert cmd[pip_at - 2:pip_at + 2] == [sys.executable, "-m", "pip", "install"]
-    assert cmd[pip_at + 2:] == [I.TORCH_REQUIREMENT, *I.BUILD_REQUIREMENTS]
+    assert cmd[pip_at - 2 : pip_at + 2] == [sys.executable, "-m", "pip", "install"]
+    assert cmd[pip_at + 2 :] == [I.TORCH_REQUIREMENT, *I.BUILD_REQUIREMENTS]
     # And a bare venv (no packages, no pip): the same, with pip bootstrapped first.
     bare = venv(tmp_path / "bare")
     cmd = command_in(the_one_line(search(bare, skill, env)))
-    assert cmd == [str(bare), "-m", "ensurepip", "&&", str(bare), "-m", "pip", "install",
-                   I.TORCH_REQUIREMENT, *I.BUILD_REQUIREMENTS]
+    assert cmd == [
+        str(bare),
+        "-m",
+        "ensurepip",
+        "&&",
+        str(bare),
+        "-m",
+        "pip",
+        "install",
+        I.TORCH_REQUIREMENT,
+        *I.BUILD_REQUIREMENTS,
+    ]
 
 
-def test_stale_index_without_build_requirements_is_the_same_one_line(tmp_path, torch_site, built_data):
+def test_stale_index_without_build_requirements_is_the_same_one_line(
+    tmp_path, torch_site, built_data
+):
     """The search's own rebuild path (open_fresh) reports a missing requirement the same way."""
     skill = plain_copy(tmp_path / "skills")
     for sub in ("api", "index"):
@@ -182,18 +228,36 @@ def test_stale_index_without_build_requirements_is_the_same_one_line(tmp_path, t
     assert out.returncode == 1 and out.stdout == "" and "Traceback" not in out.stderr
     # The build says why it starts (a progress line), then the one error line.
     progress, line = out.stderr.strip().splitlines()
-    assert progress == "fsdp-skill: building the search index (reference pages changed since the index was built)"
+    assert (
+        progress
+        == "fsdp-skill: building the search index (reference pages changed since the index was built)"
+    )
     assert line.startswith("search.py: error: building the search index needs ")
     assert "markdown-it-py>=3.0" in line.split("; run: ")[0]
-    assert command_in(line)[-len(I.BUILD_REQUIREMENTS):] == list(I.BUILD_REQUIREMENTS)
+    assert command_in(line)[-len(I.BUILD_REQUIREMENTS) :] == list(I.BUILD_REQUIREMENTS)
 
 
 def test_externally_managed_python_gets_a_venv_command(monkeypatch, tmp_path):
     monkeypatch.setattr(I, "_externally_managed", lambda: True)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    cmd = I.build_requirements_command(with_torch=True, python="/usr/bin/python3",
-                                       rerun=["/s/scripts/search.py", "a query"])
+    cmd = I.build_requirements_command(
+        with_torch=True, python="/usr/bin/python3", rerun=["/s/scripts/search.py", "a query"]
+    )
     venv_py = str(tmp_path / "cache" / "pytorch-fsdp-skill" / "venv" / "bin" / "python")
-    assert shlex.split(cmd) == ["/usr/bin/python3", "-m", "venv", str(tmp_path / "cache" / "pytorch-fsdp-skill" / "venv"),
-                                "&&", venv_py, "-m", "pip", "install", I.TORCH_REQUIREMENT, *I.BUILD_REQUIREMENTS,
-                                "&&", venv_py, "/s/scripts/search.py", "a query"]
+    assert shlex.split(cmd) == [
+        "/usr/bin/python3",
+        "-m",
+        "venv",
+        str(tmp_path / "cache" / "pytorch-fsdp-skill" / "venv"),
+        "&&",
+        venv_py,
+        "-m",
+        "pip",
+        "install",
+        I.TORCH_REQUIREMENT,
+        *I.BUILD_REQUIREMENTS,
+        "&&",
+        venv_py,
+        "/s/scripts/search.py",
+        "a query",
+    ]

@@ -74,7 +74,9 @@ def project(tmp_path, monkeypatch):
 
 
 def installed(folder: Path) -> bool:
-    return (folder / "pytorch-fsdp" / "SKILL.md").is_file() and (folder / "pytorch-fsdp" / "scripts" / "search.py").is_file()
+    return (folder / "pytorch-fsdp" / "SKILL.md").is_file() and (
+        folder / "pytorch-fsdp" / "scripts" / "search.py"
+    ).is_file()
 
 
 def test_the_table_covers_every_agent_with_a_cited_source():
@@ -89,7 +91,9 @@ def test_user_scope_folder(agent, home, capsys):
     assert I.main(["--agent", agent]) == 0
     assert installed(home / USER[agent])
     out = capsys.readouterr().out.strip().splitlines()
-    assert len(out) == 1 and out[0].startswith(f"installed pytorch-fsdp into {home / USER[agent] / 'pytorch-fsdp'} (")
+    assert len(out) == 1 and out[0].startswith(
+        f"installed pytorch-fsdp into {home / USER[agent] / 'pytorch-fsdp'} ("
+    )
 
 
 @pytest.mark.parametrize("agent", sorted(a for a, p in PROJECT.items() if p))
@@ -105,7 +109,9 @@ def test_hermes_has_no_project_scope(home, capsys):
         I.main(["--agent", "hermes", "--scope", "project"])
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["fsdp-skill install: error: hermes reads no project skills folder; use --scope user"]
+    assert err == [
+        "fsdp-skill install: error: hermes reads no project skills folder; use --scope user"
+    ]
     with pytest.raises(I.InstallError, match="no project skills folder"):
         I.agent_skills_dir("hermes", "project")
 
@@ -132,7 +138,10 @@ def test_all_installs_once_per_folder_for_the_agents_that_are_set_up(home, proje
     assert I.main(["--agent", "all"]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     dests = [line.split(" into ", 1)[1].split(" (", 1)[0] for line in out]
-    assert dests == [str(home / rel / "pytorch-fsdp") for rel in (".claude/skills", ".agents/skills", ".hermes/skills")]
+    assert dests == [
+        str(home / rel / "pytorch-fsdp")
+        for rel in (".claude/skills", ".agents/skills", ".hermes/skills")
+    ]
     for rel in (".claude/skills", ".agents/skills", ".hermes/skills"):
         assert installed(home / rel)
     for rel in (".cursor", ".gemini", ".copilot", ".config/opencode"):
@@ -161,14 +170,19 @@ def test_reinstall_through_an_agent_swaps_the_folder_in_whole(home, fake_root):
     assert I.main(["--agent", "cursor"]) == 0
     assert (dest / "references" / "guides" / "new.md").is_file()
     assert os.stat(dest).st_ino != inode  # a new folder took the name, not a copy over the old one
-    assert sorted(p.name for p in dest.parent.iterdir() if not p.name.endswith(".lock")) == ["pytorch-fsdp"]
+    assert sorted(p.name for p in dest.parent.iterdir() if not p.name.endswith(".lock")) == [
+        "pytorch-fsdp"
+    ]
 
 
-@pytest.mark.parametrize("argv", [
-    ["--agent", "vim"],
-    ["--agent", "claude", "--scope", "global"],
-    ["--target", "x", "--scope", "project"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--agent", "vim"],
+        ["--agent", "claude", "--scope", "global"],
+        ["--target", "x", "--scope", "project"],
+    ],
+)
 def test_bad_agent_arguments_are_usage_errors(argv, home, capsys):
     with pytest.raises(SystemExit) as e:
         I.main(argv)

@@ -76,7 +76,10 @@ def test_dry_run_writes_nothing(fake_root, tmp_path):
     p = I.install(target, root=fake_root, dry_run=True, ensure_index=stub, log=lines.append)
     assert not target.exists() and stub.calls == []
     assert {ln.split()[0] for ln in lines[:-1]} == {f"pytorch-fsdp/{rel}" for rel in SHIPPED}
-    assert lines[-1].startswith(f"would write {len(SHIPPED)} files (") and str(target / "pytorch-fsdp") in lines[-1]
+    assert (
+        lines[-1].startswith(f"would write {len(SHIPPED)} files (")
+        and str(target / "pytorch-fsdp") in lines[-1]
+    )
     assert len(p.files) == len(SHIPPED)
 
 
@@ -93,7 +96,9 @@ def test_install_then_update_in_place(fake_root, tmp_path):
     run_install(fake_root, target, ensure_index=stub)
     dest = target / "pytorch-fsdp"
     assert tree(dest) == SHIPPED and stub.calls == [fake_root]
-    assert (dest / "scripts" / "search.py").read_bytes() == (fake_root / "scripts" / "search.py").read_bytes()
+    assert (dest / "scripts" / "search.py").read_bytes() == (
+        fake_root / "scripts" / "search.py"
+    ).read_bytes()
 
     # second run: changed, added and removed files all land; nothing temporary is left behind
     (fake_root / "assets" / "template.yaml").write_text("changed\n")
@@ -102,7 +107,9 @@ def test_install_then_update_in_place(fake_root, tmp_path):
     (dest / "user-scratch.txt").write_text("old copy only")
     run_install(fake_root, target)
     assert (dest / "assets" / "template.yaml").read_text() == "changed\n"
-    assert tree(dest) == (SHIPPED | {"assets/new.txt"}) - {"references/api/torch.distributed.fsdp.md"}
+    assert tree(dest) == (SHIPPED | {"assets/new.txt"}) - {
+        "references/api/torch.distributed.fsdp.md"
+    }
     assert listing(target) == ["pytorch-fsdp"]
 
 
@@ -114,10 +121,17 @@ def test_installed_copy_runs_from_any_cwd(fake_root, tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "FSDP_SKILL_ROOT")}
     proc = subprocess.run(
         [sys.executable, str(target / "pytorch-fsdp" / "scripts" / "search.py"), "query"],
-        cwd=elsewhere, env=env, capture_output=True, text=True, timeout=60,
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
-    assert Path(proc.stdout.strip()) == (target / "pytorch-fsdp" / "src" / "fsdp_skill" / "marker.py").resolve()
+    assert (
+        Path(proc.stdout.strip())
+        == (target / "pytorch-fsdp" / "src" / "fsdp_skill" / "marker.py").resolve()
+    )
 
 
 def test_failed_validation_keeps_the_old_copy(fake_root, tmp_path, capsys):
@@ -167,10 +181,14 @@ def test_index_builder(fake_root, tmp_path, monkeypatch, capsys):
     def broken(root):
         raise RuntimeError("torch docstrings unreadable")
 
-    with pytest.raises(I.InstallError, match="building the index failed: RuntimeError: torch docstrings"):
+    with pytest.raises(
+        I.InstallError, match="building the index failed: RuntimeError: torch docstrings"
+    ):
         run_install(fake_root, tmp_path / "a", ensure_index=broken)
     with pytest.raises(I.InstallError, match="outside"):
-        run_install(fake_root, tmp_path / "b", ensure_index=lambda root: tmp_path / "elsewhere" / "index")
+        run_install(
+            fake_root, tmp_path / "b", ensure_index=lambda root: tmp_path / "elsewhere" / "index"
+        )
     # no builder yet (fsdp_skill.build missing): warn and copy what is there
     monkeypatch.setattr(I, "_default_ensure_index", lambda: None)
     I.install(tmp_path / "c", root=fake_root, log=lambda _: None)
@@ -224,7 +242,9 @@ def test_main(fake_root, tmp_path, monkeypatch, capsys):
     assert len(out) == 1 and out[0].startswith("installed pytorch-fsdp into ")
 
     assert I.main(["--target", str(tmp_path / "t")]) == 0
-    assert (tmp_path / "t" / "pytorch-fsdp").is_dir() and not (tmp_path / "home" / ".codex").exists()
+    assert (tmp_path / "t" / "pytorch-fsdp").is_dir() and not (
+        tmp_path / "home" / ".codex"
+    ).exists()
 
     assert I.main(["--target", str(tmp_path / "dry"), "--dry-run"]) == 0
     assert not (tmp_path / "dry").exists()
@@ -236,7 +256,9 @@ def test_main(fake_root, tmp_path, monkeypatch, capsys):
     assert err == [f"fsdp-skill install: {tmp_path / 'afile'}: not a folder"]
 
 
-@pytest.mark.parametrize("argv", [[], ["--agent", "vim"], ["--bogus"], ["--agent", "codex", "--target", "x"]])
+@pytest.mark.parametrize(
+    "argv", [[], ["--agent", "vim"], ["--bogus"], ["--agent", "codex", "--target", "x"]]
+)
 def test_main_bad_arguments_are_one_line(argv, capsys):
     with pytest.raises(SystemExit) as e:
         I.main(argv)

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO
+
 from fsdp_skill.skill import install as I
 from fsdp_skill.skill import validate as V
 
@@ -58,7 +58,11 @@ def test_installed_copy_passes_both_validators(tmp_path):
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "FSDP_SKILL_ROOT")}
         run = subprocess.run(
             [sys.executable, str(search), "fully_shard"],
-            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         assert run.returncode == 0, run.stderr
         assert run.stdout.strip()

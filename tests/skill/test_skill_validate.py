@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 
 import pytest
-
 from conftest import HELP_SCRIPT, write_skill
+
 from fsdp_skill.skill import validate as V
 
 
@@ -27,36 +27,118 @@ LONG = "x" * 1025
 # (id, frontmatter, expected substring or None for "passes", line, stricter-than-skills-ref)
 FRONT_CASES = [
     ("minimal", "name: {n}\ndescription: d\n", None, None, False),
-    ("all-fields", "name: {n}\ndescription: d\nlicense: MIT\ncompatibility: Linux\n"
-     "metadata:\n  author: me\n  version: 1.0\nallowed-tools: Bash Read\n", None, None, False),
-    ("tools-list", "name: {n}\ndescription: d\nallowed-tools:\n  - Bash\n  - Read\n", None, None, False),
+    (
+        "all-fields",
+        "name: {n}\ndescription: d\nlicense: MIT\ncompatibility: Linux\n"
+        "metadata:\n  author: me\n  version: 1.0\nallowed-tools: Bash Read\n",
+        None,
+        None,
+        False,
+    ),
+    (
+        "tools-list",
+        "name: {n}\ndescription: d\nallowed-tools:\n  - Bash\n  - Read\n",
+        None,
+        None,
+        False,
+    ),
     ("folded", "name: {n}\ndescription: >\n  long\n  text\n", None, None, False),
-    ("unknown-field", "name: {n}\ndescription: d\nversion: 1\n", "unknown frontmatter field 'version'", 4, False),
+    (
+        "unknown-field",
+        "name: {n}\ndescription: d\nversion: 1\n",
+        "unknown frontmatter field 'version'",
+        4,
+        False,
+    ),
     ("missing-name", "description: d\n", "missing required frontmatter field 'name'", 1, False),
     ("missing-desc", "name: {n}\n", "missing required frontmatter field 'description'", 1, False),
     ("empty-name", "name:\ndescription: d\n", "'name' must be a non-empty string", 2, False),
-    ("empty-desc", "name: {n}\ndescription: ''\n", "'description' must be a non-empty string", 3, False),
-    ("desc-1025", "name: {n}\ndescription: " + LONG + "\n", "description is 1025 characters", 3, False),
+    (
+        "empty-desc",
+        "name: {n}\ndescription: ''\n",
+        "'description' must be a non-empty string",
+        3,
+        False,
+    ),
+    (
+        "desc-1025",
+        "name: {n}\ndescription: " + LONG + "\n",
+        "description is 1025 characters",
+        3,
+        False,
+    ),
     ("desc-1024", "name: {n}\ndescription: " + LONG[:1024] + "\n", None, None, False),
-    ("compat-501", "name: {n}\ndescription: d\ncompatibility: " + "c" * 501 + "\n",
-     "compatibility is 501 characters", 4, False),
-    ("compat-500", "name: {n}\ndescription: d\ncompatibility: " + "c" * 500 + "\n", None, None, False),
-    ("compat-list", "name: {n}\ndescription: d\ncompatibility:\n  - a\n", "'compatibility' must be a string", 4, False),
+    (
+        "compat-501",
+        "name: {n}\ndescription: d\ncompatibility: " + "c" * 501 + "\n",
+        "compatibility is 501 characters",
+        4,
+        False,
+    ),
+    (
+        "compat-500",
+        "name: {n}\ndescription: d\ncompatibility: " + "c" * 500 + "\n",
+        None,
+        None,
+        False,
+    ),
+    (
+        "compat-list",
+        "name: {n}\ndescription: d\ncompatibility:\n  - a\n",
+        "'compatibility' must be a string",
+        4,
+        False,
+    ),
     ("flow-map", "name: {n}\ndescription: d\nmetadata: {{a: b}}\n", "flow-style {...}", 4, False),
-    ("flow-seq", "name: {n}\ndescription: d\nallowed-tools: [a, b]\n", "flow-style [...]", 4, False),
+    (
+        "flow-seq",
+        "name: {n}\ndescription: d\nallowed-tools: [a, b]\n",
+        "flow-style [...]",
+        4,
+        False,
+    ),
     ("anchor", "name: &x {n}\ndescription: d\n", "YAML anchor &x", 2, False),
     ("tag", "name: !!str {n}\ndescription: d\n", "YAML tag", 2, False),
-    ("duplicate", "name: {n}\ndescription: d\ndescription: e\n", "duplicate key 'description'", 4, False),
+    (
+        "duplicate",
+        "name: {n}\ndescription: d\ndescription: e\n",
+        "duplicate key 'description'",
+        4,
+        False,
+    ),
     ("bad-yaml", "name: {n}\ndescription: d\n  bad: indent\n", "not valid YAML", None, False),
     ("tab", "name:\t{n}\ndescription: d\n", "not valid YAML", 2, False),
     ("not-mapping", "- a\n- b\n", "must be a YAML mapping", 1, False),
     # skills-ref passes this one, having silently cut the description at '---'
     ("dash-in-desc", "name: {n}\ndescription: a --- b\n", "'---' inside the frontmatter", 3, True),
-    ("metadata-nested", "name: {n}\ndescription: d\nmetadata:\n  a:\n    b: c\n",
-     "metadata 'a' must be a string", 4, True),
-    ("metadata-scalar", "name: {n}\ndescription: d\nmetadata: nope\n", "'metadata' must be a mapping", 4, True),
-    ("tools-nested", "name: {n}\ndescription: d\nallowed-tools:\n  a: b\n", "'allowed-tools' must be", 4, True),
-    ("license-list", "name: {n}\ndescription: d\nlicense:\n  - MIT\n", "'license' must be a string", 4, True),
+    (
+        "metadata-nested",
+        "name: {n}\ndescription: d\nmetadata:\n  a:\n    b: c\n",
+        "metadata 'a' must be a string",
+        4,
+        True,
+    ),
+    (
+        "metadata-scalar",
+        "name: {n}\ndescription: d\nmetadata: nope\n",
+        "'metadata' must be a mapping",
+        4,
+        True,
+    ),
+    (
+        "tools-nested",
+        "name: {n}\ndescription: d\nallowed-tools:\n  a: b\n",
+        "'allowed-tools' must be",
+        4,
+        True,
+    ),
+    (
+        "license-list",
+        "name: {n}\ndescription: d\nlicense:\n  - MIT\n",
+        "'license' must be a string",
+        4,
+        True,
+    ),
 ]
 
 
@@ -144,7 +226,7 @@ def test_agrees_with_skills_ref(tmp_path):
     for i, (case_id, front) in enumerate(cases):
         name = "demo-skill"
         if case_id.startswith("name-"):
-            name = front.split("\n")[0][len("name: "):]
+            name = front.split("\n")[0][len("name: ") :]
         root = write_skill(tmp_path / str(i), name, front=front)
         theirs = skills_ref.validate(root)
         ours = fm_problems(root)
@@ -195,7 +277,11 @@ def test_paths(skill):
     ]
     assert len(problems) == len(expected), problems
     for line, needle in expected:
-        assert any(f"SKILL.md:{line}: " in got and needle in got for got in problems), (line, needle, problems)
+        assert any(f"SKILL.md:{line}: " in got and needle in got for got in problems), (
+            line,
+            needle,
+            problems,
+        )
 
 
 # --------------------------------------------------------------------------- scripts
@@ -216,7 +302,10 @@ def test_scripts_answer_help(skill):
 
 def test_script_timeout(skill):
     root = skill(files={"scripts/slow.py": "import time\ntime.sleep(30)\n"})
-    only(V.validate(root, check_torch=False, run_scripts=True, timeout=0.5), "did not finish within 0.5 s")
+    only(
+        V.validate(root, check_torch=False, run_scripts=True, timeout=0.5),
+        "did not finish within 0.5 s",
+    )
 
 
 def test_scripts_run_from_a_neutral_cwd(skill, monkeypatch):
@@ -288,7 +377,9 @@ def test_main_default_root_is_judged_by_its_install_name(skill, monkeypatch, cap
     assert "must match the folder name 'any-clone-name'" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("argv", [["/no/such/dir"], ["--timeout", "0"], ["--jobs", "0"], ["--bogus"]])
+@pytest.mark.parametrize(
+    "argv", [["/no/such/dir"], ["--timeout", "0"], ["--jobs", "0"], ["--bogus"]]
+)
 def test_main_bad_input_is_one_line(argv, capsys):
     try:
         rc = V.main(argv)
@@ -305,7 +396,9 @@ def test_runs_as_module(skill):
     root = skill()
     proc = subprocess.run(
         [sys.executable, "-m", "fsdp_skill.skill.validate", str(root), "--no-torch"],
-        capture_output=True, text=True, env=_env(),
+        capture_output=True,
+        text=True,
+        env=_env(),
     )
     assert proc.returncode == 0 and proc.stdout.startswith("OK "), proc
 
@@ -315,4 +408,7 @@ def _env():
 
     from conftest import REPO
 
-    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]))
+    return dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]),
+    )

@@ -7,8 +7,8 @@ term and the document, so every weight is computed here once, with rank-bm25's o
 
 import math
 
-from ..tokenize import tokenize
-from .store import write_index
+from fsdp_skill.index.store import write_index
+from fsdp_skill.index.tokenization import tokenize
 
 # Field weights: a chunk's title and the API names it documents say what it is about far
 # more reliably than any one word of its body.
@@ -82,7 +82,9 @@ def term_weights(bm25, variant=DEFAULT_VARIANT):
         elif variant == "plus":
             delta = bm25.delta
             default = idf * delta
-            weights = [(d, idf * (delta + (tf * (k1 + 1)) / (k1 * norm[d] + tf))) for d, tf in items]
+            weights = [
+                (d, idf * (delta + (tf * (k1 + 1)) / (k1 * norm[d] + tf))) for d, tf in items
+            ]
         elif variant == "l":
             delta = bm25.delta
             default = 0.0
@@ -96,8 +98,16 @@ def term_weights(bm25, variant=DEFAULT_VARIANT):
     return out
 
 
-def build(chunks, path, header, stamp, variant=DEFAULT_VARIANT, weights=FIELD_WEIGHTS, tokenizer=tokenize,
-          prose_prior=PROSE_PRIOR):
+def build(
+    chunks,
+    path,
+    header,
+    stamp,
+    variant=DEFAULT_VARIANT,
+    weights=FIELD_WEIGHTS,
+    tokenizer=tokenize,
+    prose_prior=PROSE_PRIOR,
+):
     """Index `chunks` (dicts) into the file at `path`; returns the number of terms.
 
     `variant`, `weights` and `tokenizer` are switchable so the quality benchmark can measure
@@ -113,8 +123,14 @@ def build(chunks, path, header, stamp, variant=DEFAULT_VARIANT, weights=FIELD_WE
     bm25 = make_bm25(corpus, variant)
     postings = term_weights(bm25, variant)
     postings.pop("", None)
-    header = dict(header, variant=variant, k1=repr(bm25.k1), b=repr(bm25.b),
-                  avgdl=repr(bm25.avgdl), n_terms=str(len(postings)))
+    header = dict(
+        header,
+        variant=variant,
+        k1=repr(bm25.k1),
+        b=repr(bm25.b),
+        avgdl=repr(bm25.avgdl),
+        n_terms=str(len(postings)),
+    )
     if not all(math.isfinite(w) for _, ws in postings.values() for _, w in ws):
         raise ValueError("non-finite BM25 weight")
     priors = [1.0 if c["objects"] else prose_prior for c in chunks]

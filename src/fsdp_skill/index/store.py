@@ -31,7 +31,19 @@ MAGIC = b"FSDPIDX1\n"
 FORMAT = "3"
 WHOLE_SECTIONS = ("vocab", "docoffs", "priors", "doccrc", "stamp")
 SECTIONS = ("vocab", "postings", "docs", "docoffs", "priors", "doccrc", "stamp")
-FIELDS = ("id", "title", "breadcrumbs", "url", "objects", "source", "torch_version", "path", "page", "flags", "text")
+FIELDS = (
+    "id",
+    "title",
+    "breadcrumbs",
+    "url",
+    "objects",
+    "source",
+    "torch_version",
+    "path",
+    "page",
+    "flags",
+    "text",
+)
 LIST_FIELDS = ("breadcrumbs", "objects")
 US, RS = "\x1f", "\x1e"
 
@@ -80,9 +92,12 @@ def write_index(path, header, postings, docs, stamp, priors=None):
     for term in sorted(postings):
         default, items = postings[term]
         start = len(post)
-        chunk = array("I", [d for d, _ in items]).tobytes() + array("d", [w for _, w in items]).tobytes()
+        chunk = (
+            array("I", [d for d, _ in items]).tobytes()
+            + array("d", [w for _, w in items]).tobytes()
+        )
         post += chunk
-        vocab.append(f"{term}\t{default!r}\t{start}\t{len(items)}\t{crc32(chunk)}\n".encode("utf-8"))
+        vocab.append(f"{term}\t{default!r}\t{start}\t{len(items)}\t{crc32(chunk)}\n".encode())
     vocab = b"".join(vocab)
     records, offsets, crcs = bytearray(), [0], []
     for doc in docs:
@@ -96,8 +111,15 @@ def write_index(path, header, postings, docs, stamp, priors=None):
     stamp = stamp.encode("utf-8")
 
     head = dict(header, format=FORMAT, byteorder=sys.byteorder, n_docs=str(len(docs)))
-    body = {"vocab": vocab, "postings": bytes(post), "docs": bytes(records), "docoffs": docoffs,
-            "priors": priors, "doccrc": doccrc, "stamp": stamp}
+    body = {
+        "vocab": vocab,
+        "postings": bytes(post),
+        "docs": bytes(records),
+        "docoffs": docoffs,
+        "priors": priors,
+        "doccrc": doccrc,
+        "stamp": stamp,
+    }
     sizes = [(name, len(body[name])) for name in SECTIONS]
     for name in WHOLE_SECTIONS:
         head[f"{name}_crc"] = str(crc32(body[name]))
@@ -163,12 +185,16 @@ class Index:
         if end < 0:
             raise IndexError_(f"{path}: index header is truncated")
         try:
-            self.header = dict(line.split("=", 1) for line in head[len(MAGIC):end].decode("utf-8").splitlines())
+            self.header = dict(
+                line.split("=", 1) for line in head[len(MAGIC) : end].decode("utf-8").splitlines()
+            )
             if self.header.get("format") != FORMAT or self.header.get("byteorder") != sys.byteorder:
                 raise IndexError_(f"{path}: index was written in another format or byte order")
             self.n_docs = int(self.header["n_docs"])
-            self._sec = {name: (int(self.header[f"{name}_off"]), int(self.header[f"{name}_len"]))
-                         for name in SECTIONS}
+            self._sec = {
+                name: (int(self.header[f"{name}_off"]), int(self.header[f"{name}_len"]))
+                for name in SECTIONS
+            }
             self._crc = {name: int(self.header[f"{name}_crc"]) for name in WHOLE_SECTIONS}
         except (KeyError, ValueError, UnicodeDecodeError):
             raise IndexError_(f"{path}: index header is corrupt") from None
@@ -232,7 +258,9 @@ class Index:
             return None
         line_end = self._vocab.find(b"\n", at + 1)
         try:
-            _, default, start, count, crc = self._vocab[at + 1:line_end].decode("utf-8").split("\t")
+            _, default, start, count, crc = (
+                self._vocab[at + 1 : line_end].decode("utf-8").split("\t")
+            )
             default, start, count, crc = float(default), int(start), int(count), int(crc)
         except ValueError:  # UnicodeDecodeError included
             raise IndexError_(f"{self.path}: vocabulary entry is corrupt") from None
@@ -240,9 +268,11 @@ class Index:
             raise IndexError_(f"{self.path}: vocabulary entry is corrupt")
         raw = self._read("postings", start, count * 12)
         if crc32(raw) != crc:
-            raise IndexError_(f"{self.path}: postings of {term!r} fail their checksum (corrupt index)")
-        docs = memoryview(raw[:count * 4]).cast("I")
-        weights = memoryview(raw[count * 4:]).cast("d")
+            raise IndexError_(
+                f"{self.path}: postings of {term!r} fail their checksum (corrupt index)"
+            )
+        docs = memoryview(raw[: count * 4]).cast("I")
+        weights = memoryview(raw[count * 4 :]).cast("d")
         return default, docs, weights
 
     def doc(self, n):

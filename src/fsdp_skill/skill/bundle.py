@@ -57,6 +57,7 @@ def restore_times(root):
 
 # -- writing a bundle (fsdp-skill bundle) ---------------------------------------------------
 
+
 def with_torch_metadata(skill_md, version):
     """SKILL.md with `torch-version: "<version>"` in its frontmatter's `metadata:` map."""
     if not skill_md.startswith("---\n"):
@@ -73,7 +74,7 @@ def with_torch_metadata(skill_md, version):
         block = at + 1
         indent = "  "
         if block < len(front) and front[block][:1] in (" ", "\t"):
-            indent = front[block][:len(front[block]) - len(front[block].lstrip())]
+            indent = front[block][: len(front[block]) - len(front[block].lstrip())]
         # Drop an earlier torch-version entry of this map, then put ours first.
         i = block
         while i < len(front) and (front[i].startswith(indent) or not front[i].strip()):
@@ -123,7 +124,9 @@ def bundle(output=None, *, root=None, ensure_index=None, build=True, log=print):
             except (KeyboardInterrupt, SystemExit):
                 raise
             except Exception as e:  # noqa: BLE001 - one line for the user
-                raise I.InstallError(f"building the index failed: {type(e).__name__}: {e}") from None
+                raise I.InstallError(
+                    f"building the index failed: {type(e).__name__}: {e}"
+                ) from None
     index_file = paths.index_path(str(root_p))
     try:
         index = Index(index_file)
@@ -155,14 +158,18 @@ def bundle(output=None, *, root=None, ensure_index=None, build=True, log=print):
         with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=9) as zf:
             for rel, src, _ in plan.files:
                 st = src.stat()
-                info = zipfile.ZipInfo(f"{paths.SKILL_NAME}/{rel}", date_time=_zip_time(st.st_mtime))
+                info = zipfile.ZipInfo(
+                    f"{paths.SKILL_NAME}/{rel}", date_time=_zip_time(st.st_mtime)
+                )
                 info.compress_type = zipfile.ZIP_DEFLATED
                 info.external_attr = (st.st_mode & 0xFFFF) << 16
                 data = src.read_bytes()
                 if rel == "SKILL.md":
                     data = with_torch_metadata(data.decode("utf-8"), version).encode("utf-8")
                 elif rel.startswith("references/") and rel.endswith(".md"):
-                    times.append(f"{rel}\t{len(data)}\t{st.st_mtime_ns}\t{hashlib.sha256(data).hexdigest()}")
+                    times.append(
+                        f"{rel}\t{len(data)}\t{st.st_mtime_ns}\t{hashlib.sha256(data).hexdigest()}"
+                    )
                 zf.writestr(info, data)
             info = zipfile.ZipInfo(f"{paths.SKILL_NAME}/{TIMES_FILE}", date_time=_zip_time(0))
             info.compress_type = zipfile.ZIP_DEFLATED
@@ -186,7 +193,11 @@ def bundle(output=None, *, root=None, ensure_index=None, build=True, log=print):
 
 # -- llms.txt (fsdp-skill export --llms-txt DIR) --------------------------------------------
 
-SOURCE_HEADINGS = {"guide": "Guides", "web": "PyTorch documentation pages", "docstring": "API reference"}
+SOURCE_HEADINGS = {
+    "guide": "Guides",
+    "web": "PyTorch documentation pages",
+    "docstring": "API reference",
+}
 
 
 def _first_sentence(text, limit=160):
@@ -198,8 +209,8 @@ def _first_sentence(text, limit=160):
         for stop in (". ", "? ", "! "):
             at = line.find(stop)
             if 0 < at < limit:
-                return line[:at + 1]
-        return line if len(line) <= limit else line[:limit - 3].rsplit(" ", 1)[0] + "..."
+                return line[: at + 1]
+        return line if len(line) <= limit else line[: limit - 3].rsplit(" ", 1)[0] + "..."
     return ""
 
 
@@ -220,16 +231,28 @@ def export_llms_txt(folder, *, root=None, log=print):
         raise InstallError(f"{out}: cannot create: {e.strerror or e}") from None
     docs = Docs(str(root) if root else None)
     try:
+
         def collect(index):
             table = docs._section_table(index)
             pages = []
             for path, sections in table["pages"].items():
-                if all(s["flags"] == "shadowed" for s in sections) or sections[0]["flags"] == "stale":
+                if (
+                    all(s["flags"] == "shadowed" for s in sections)
+                    or sections[0]["flags"] == "stale"
+                ):
                     continue  # the scraped page that replaces it is listed instead
                 text = "\n\n".join(
-                    (f"{'#' * min(len(s['breadcrumbs']) + 1, 6)} {s['title']}\n\n" if len(s["breadcrumbs"]) > 1 else "")
-                    + docs._section_text(index, s) for s in sections)
-                apis = [s["objects"][0] for s in sections if s["objects"] and s["source"] != "guide"]
+                    (
+                        f"{'#' * min(len(s['breadcrumbs']) + 1, 6)} {s['title']}\n\n"
+                        if len(s["breadcrumbs"]) > 1
+                        else ""
+                    )
+                    + docs._section_text(index, s)
+                    for s in sections
+                )
+                apis = [
+                    s["objects"][0] for s in sections if s["objects"] and s["source"] != "guide"
+                ]
                 pages.append((sections[0], path, text, apis))
             return pages, index.header.get("torch_version", "")
 
@@ -240,14 +263,18 @@ def export_llms_txt(folder, *, root=None, log=print):
         docs.close()
     order = {s: n for n, s in enumerate(SOURCE_HEADINGS)}
     pages.sort(key=lambda p: (order.get(p[0]["source"], 9), p[0]["breadcrumbs"][0].lower()))
-    head = [f"# PyTorch FSDP and torch.distributed ({paths.SKILL_NAME} skill, torch {version})", "",
-            f"> Version-pinned reference for distributed PyTorch training with FSDP2 (fully_shard), FSDP1, DDP, "
-            f"ZeRO, DTensor, DeviceMesh, HSDP, tensor parallel, distributed checkpointing and torchrun: API "
-            f"reference generated from torch {version}'s docstrings, docs.pytorch.org pages where scraped, and "
-            f"task guides. Every URL points at the docs of that exact release.", ""]
+    head = [
+        f"# PyTorch FSDP and torch.distributed ({paths.SKILL_NAME} skill, torch {version})",
+        "",
+        f"> Version-pinned reference for distributed PyTorch training with FSDP2 (fully_shard), FSDP1, DDP, "
+        f"ZeRO, DTensor, DeviceMesh, HSDP, tensor parallel, distributed checkpointing and torchrun: API "
+        f"reference generated from torch {version}'s docstrings, docs.pytorch.org pages where scraped, and "
+        f"task guides. Every URL points at the docs of that exact release.",
+        "",
+    ]
     index_lines, full = list(head), list(head)
     current = None
-    for first, path, text, apis in pages:
+    for first, _path, text, apis in pages:
         if first["source"] != current:
             current = first["source"]
             index_lines += ["", f"## {SOURCE_HEADINGS.get(current, current)}", ""]
@@ -255,17 +282,27 @@ def export_llms_txt(folder, *, root=None, log=print):
         if apis and first["objects"]:
             # A reference page opens with its first API entry: name the entries instead.
             shown = ", ".join(f"`{a}`" for a in apis[:4])
-            desc = f"{len(apis)} API entr{'y' if len(apis) == 1 else 'ies'}: {shown}" + (", ..." if len(apis) > 4 else "")
+            desc = f"{len(apis)} API entr{'y' if len(apis) == 1 else 'ies'}: {shown}" + (
+                ", ..." if len(apis) > 4 else ""
+            )
         else:
             desc = _first_sentence(text)
         index_lines.append(f"- [{first['breadcrumbs'][0]}]({url})" + (f": {desc}" if desc else ""))
-        full += ["", f"# {first['breadcrumbs'][0]}", f"Source: {url} (torch {first['torch_version']})", "", text.strip()]
+        full += [
+            "",
+            f"# {first['breadcrumbs'][0]}",
+            f"Source: {url} (torch {first['torch_version']})",
+            "",
+            text.strip(),
+        ]
     try:
         atomic_write(out / "llms.txt", "\n".join(index_lines) + "\n")
         atomic_write(out / "llms-full.txt", "\n".join(full) + "\n")
     except OSError as e:
         raise InstallError(f"{getattr(e, 'filename', None) or out}: {e.strerror or e}") from None
-    log(f"wrote {out / 'llms.txt'} and {out / 'llms-full.txt'} ({len(pages)} pages, torch {version})")
+    log(
+        f"wrote {out / 'llms.txt'} and {out / 'llms-full.txt'} ({len(pages)} pages, torch {version})"
+    )
     return out / "llms.txt", out / "llms-full.txt"
 
 
@@ -273,10 +310,16 @@ def export_main(argv=None):
     from fsdp_skill.argparsing import OneLineParser
     from fsdp_skill.skill.install import InstallError
 
-    parser = OneLineParser(prog="fsdp-skill export",
-                           description="Export the references for tools that read the llms.txt convention.")
-    parser.add_argument("--llms-txt", metavar="DIR", required=True,
-                        help="write DIR/llms.txt (an index of the pages with versioned URLs) and DIR/llms-full.txt")
+    parser = OneLineParser(
+        prog="fsdp-skill export",
+        description="Export the references for tools that read the llms.txt convention.",
+    )
+    parser.add_argument(
+        "--llms-txt",
+        metavar="DIR",
+        required=True,
+        help="write DIR/llms.txt (an index of the pages with versioned URLs) and DIR/llms-full.txt",
+    )
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if not args.llms_txt.strip():
         parser.error("--llms-txt must name a folder, not an empty string")
@@ -301,10 +344,15 @@ def main(argv=None):
         "generated references and index, the package code the scripts import) as one zip that works "
         "with a Python that has no packages.",
     )
-    parser.add_argument("--output", metavar="FILE.zip",
-                        help="where to write it (default: ./pytorch-fsdp-VERSION-torchTORCH.zip; a folder: "
-                             "that name inside it)")
-    parser.add_argument("--no-build", action="store_true", help="bundle the index as it is; build nothing")
+    parser.add_argument(
+        "--output",
+        metavar="FILE.zip",
+        help="where to write it (default: ./pytorch-fsdp-VERSION-torchTORCH.zip; a folder: "
+        "that name inside it)",
+    )
+    parser.add_argument(
+        "--no-build", action="store_true", help="bundle the index as it is; build nothing"
+    )
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if args.output is not None and not args.output.strip():
         parser.error("--output must name a file, not an empty string")
@@ -314,7 +362,10 @@ def main(argv=None):
         print(f"fsdp-skill bundle: {e}", file=sys.stderr)
         return 1
     except OSError as e:
-        print(f"fsdp-skill bundle: {getattr(e, 'filename', None) or 'error'}: {e.strerror or e}", file=sys.stderr)
+        print(
+            f"fsdp-skill bundle: {getattr(e, 'filename', None) or 'error'}: {e.strerror or e}",
+            file=sys.stderr,
+        )
         return 1
     except KeyboardInterrupt:
         print("fsdp-skill bundle: interrupted; nothing written", file=sys.stderr)

@@ -5,7 +5,7 @@ The copy is self-contained: `src/fsdp_skill/` travels with it so `scripts/search
 package from `../src` without a pip install, and the index sits in `references/index/`.
 
 Installs are atomic: everything is copied into a hidden staging folder next to the destination,
-checked, and swapped in with one atomic exchange of the two folders (see fsdp_skill.fsswap), so
+checked, and swapped in with one atomic exchange of the two folders (see fsdp_skill.atomic), so
 the installed folder is never missing; a failed or interrupted install leaves the previous copy
 in place, and the next install removes the hidden copies a killed one left.
 
@@ -22,10 +22,10 @@ import secrets
 import shutil
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
-from fsdp_skill import fsswap
+from fsdp_skill import atomic
 from fsdp_skill.argparsing import OneLineParser
 
 try:
@@ -57,37 +57,80 @@ class Agent:
 AGENTS = {
     # Personal ~/.claude/skills/<name>/SKILL.md, project .claude/skills/<name>/SKILL.md;
     # $CLAUDE_CONFIG_DIR moves ~/.claude.
-    "claude": Agent("CLAUDE_CONFIG_DIR", ".claude", "@home/skills", ".claude/skills",
-                    "https://code.claude.com/docs/en/skills"),
+    "claude": Agent(
+        "CLAUDE_CONFIG_DIR",
+        ".claude",
+        "@home/skills",
+        ".claude/skills",
+        "https://code.claude.com/docs/en/skills",
+    ),
     # USER scope $HOME/.agents/skills, REPO scope .agents/skills from $CWD up to the repo root
     # (older releases read $CODEX_HOME/skills, i.e. ~/.codex/skills).
-    "codex": Agent("CODEX_HOME", ".codex", "~/.agents/skills", ".agents/skills",
-                   "https://developers.openai.com/codex/skills"),
+    "codex": Agent(
+        "CODEX_HOME",
+        ".codex",
+        "~/.agents/skills",
+        ".agents/skills",
+        "https://developers.openai.com/codex/skills",
+    ),
     # The shared location of the Agent Skills ecosystem, read by Codex, Gemini CLI (alias of
     # ~/.gemini/skills), Cursor, OpenCode, goose and Copilot; see each agent's page here.
-    "agents": Agent(None, ".agents", "@home/skills", ".agents/skills",
-                    "https://geminicli.com/docs/cli/using-agent-skills/"),
+    "agents": Agent(
+        None,
+        ".agents",
+        "@home/skills",
+        ".agents/skills",
+        "https://geminicli.com/docs/cli/using-agent-skills/",
+    ),
     # User ~/.gemini/skills/ (or the ~/.agents/skills/ alias), workspace .gemini/skills/.
-    "gemini": Agent(None, ".gemini", "@home/skills", ".gemini/skills",
-                    "https://geminicli.com/docs/cli/using-agent-skills/"),
+    "gemini": Agent(
+        None,
+        ".gemini",
+        "@home/skills",
+        ".gemini/skills",
+        "https://geminicli.com/docs/cli/using-agent-skills/",
+    ),
     # Project .cursor/skills/ (and .agents/skills/), user ~/.cursor/skills/ (and ~/.agents/skills/).
-    "cursor": Agent(None, ".cursor", "@home/skills", ".cursor/skills",
-                    "https://cursor.com/docs/skills"),
+    "cursor": Agent(
+        None, ".cursor", "@home/skills", ".cursor/skills", "https://cursor.com/docs/skills"
+    ),
     # Global ~/.config/opencode/skills/<name>/SKILL.md, project .opencode/skills/<name>/SKILL.md.
-    "opencode": Agent(None, "opencode", "@home/skills", ".opencode/skills",
-                      "https://opencode.ai/docs/skills/", xdg=True),
+    "opencode": Agent(
+        None,
+        "opencode",
+        "@home/skills",
+        ".opencode/skills",
+        "https://opencode.ai/docs/skills/",
+        xdg=True,
+    ),
     # Global ~/.agents/skills/, project .agents/skills/ (the recommended locations; goose also
     # reads .goose/skills/ and the Claude folders for backward compatibility).
-    "goose": Agent(None, "goose", "~/.agents/skills", ".agents/skills",
-                   "https://block.github.io/goose/docs/guides/context-engineering/using-skills", xdg=True),
+    "goose": Agent(
+        None,
+        "goose",
+        "~/.agents/skills",
+        ".agents/skills",
+        "https://block.github.io/goose/docs/guides/context-engineering/using-skills",
+        xdg=True,
+    ),
     # Personal ~/.copilot/skills (or ~/.claude/skills, ~/.agents/skills), project .github/skills
     # (or .claude/skills, .agents/skills); Copilot CLI, cloud agent and VS Code agent mode.
-    "copilot": Agent(None, ".copilot", "@home/skills", ".github/skills",
-                     "https://docs.github.com/en/copilot/how-tos/copilot-cli/customize-copilot/create-skills"),
+    "copilot": Agent(
+        None,
+        ".copilot",
+        "@home/skills",
+        ".github/skills",
+        "https://docs.github.com/en/copilot/how-tos/copilot-cli/customize-copilot/create-skills",
+    ),
     # All skills live in ~/.hermes/skills/ ($HERMES_HOME moves ~/.hermes); other folders only
     # through `skills.external_dirs` in its config.yaml, so it has no project scope.
-    "hermes": Agent("HERMES_HOME", ".hermes", "@home/skills", None,
-                    "https://hermes-agent.nousresearch.com/docs/user-guide/features/skills"),
+    "hermes": Agent(
+        "HERMES_HOME",
+        ".hermes",
+        "@home/skills",
+        None,
+        "https://hermes-agent.nousresearch.com/docs/user-guide/features/skills",
+    ),
 }
 SCOPES = ("user", "project")
 # Kept for callers of the earlier table: agent -> (variable that moves its home, default home).
@@ -105,8 +148,13 @@ LOCK_TIMEOUT_S = 120.0
 BUILD_REQUIREMENTS = ("markdown-it-py>=3.0", "rank-bm25>=0.2.2", "PyYAML>=6.0", "filelock>=3.12")
 TORCH_REQUIREMENT = "torch>=2.6"
 # import name -> the requirement that provides it
-BUILD_MODULES = {"markdown_it": "markdown-it-py>=3.0", "rank_bm25": "rank-bm25>=0.2.2",
-                 "yaml": "PyYAML>=6.0", "filelock": "filelock>=3.12", "torch": TORCH_REQUIREMENT}
+BUILD_MODULES = {
+    "markdown_it": "markdown-it-py>=3.0",
+    "rank_bm25": "rank-bm25>=0.2.2",
+    "yaml": "PyYAML>=6.0",
+    "filelock": "filelock>=3.12",
+    "torch": TORCH_REQUIREMENT,
+}
 
 
 class InstallError(Exception):
@@ -127,7 +175,9 @@ def _agent(agent: str) -> Agent:
     try:
         return AGENTS[agent]
     except KeyError:
-        raise InstallError(f"unknown agent '{agent}'; choose one of {', '.join(AGENTS)}, or all") from None
+        raise InstallError(
+            f"unknown agent '{agent}'; choose one of {', '.join(AGENTS)}, or all"
+        ) from None
 
 
 def agent_home(agent: str) -> Path:
@@ -141,18 +191,22 @@ def agent_home(agent: str) -> Path:
     return Path.home() / a.home
 
 
-def agent_skills_dir(agent: str, scope: str = "user", project: str | os.PathLike[str] | None = None) -> Path:
+def agent_skills_dir(
+    agent: str, scope: str = "user", project: str | os.PathLike[str] | None = None
+) -> Path:
     """The folder an agent reads skills from: user scope, or project scope under `project` (cwd)."""
     a = _agent(agent)
     if scope not in SCOPES:
         raise InstallError(f"unknown scope '{scope}'; choose user or project")
     if scope == "project":
         if a.project is None:
-            raise InstallError(f"{agent} reads no project skills folder (only {_shown_user_dir(a)}); use --scope user")
+            raise InstallError(
+                f"{agent} reads no project skills folder (only {_shown_user_dir(a)}); use --scope user"
+            )
         return Path(project if project is not None else os.getcwd()) / a.project
     if a.user.startswith("@home/"):
-        return agent_home(agent) / a.user[len("@home/"):]
-    return Path.home() / a.user[len("~/"):]
+        return agent_home(agent) / a.user[len("@home/") :]
+    return Path.home() / a.user[len("~/") :]
 
 
 def _shown_user_dir(a: Agent) -> str:
@@ -165,8 +219,12 @@ def agents_present() -> list[str]:
     return [name for name in AGENTS if agent_home(name).is_dir()]
 
 
-def targets_for(agent: str, scope: str = "user", project: str | os.PathLike[str] | None = None,
-                note: Callable[[str], None] | None = None) -> list[tuple[str, Path]]:
+def targets_for(
+    agent: str,
+    scope: str = "user",
+    project: str | os.PathLike[str] | None = None,
+    note: Callable[[str], None] | None = None,
+) -> list[tuple[str, Path]]:
     """[(agents, skills folder)] to install into: one agent, or `all` (each distinct folder once)."""
     if agent != "all":
         return [(agent, agent_skills_dir(agent, scope, project))]
@@ -213,8 +271,9 @@ def _externally_managed() -> bool:
     return bool(stdlib) and os.path.isfile(os.path.join(stdlib, "EXTERNALLY-MANAGED"))
 
 
-def build_requirements_command(with_torch: bool = False, python: str | None = None,
-                               rerun: list[str] | None = None) -> str:
+def build_requirements_command(
+    with_torch: bool = False, python: str | None = None, rerun: list[str] | None = None
+) -> str:
     """The one shell command that gives this Python what building the index needs.
 
     `python -m pip install ...` with the build requirements (torch first when it is missing
@@ -260,8 +319,10 @@ def first_use_hint(missing: str, with_torch: bool = False, rerun: list[str] | No
     """One line for a search that cannot build its index: what is missing, the exact fix."""
     cmd = build_requirements_command(with_torch=with_torch, rerun=rerun)
     then = "" if _externally_managed() and rerun else ", then search again"
-    return (f"building the search index needs {missing}, which this Python ({sys.executable}) lacks; "
-            f"run: {cmd}{then}")
+    return (
+        f"building the search index needs {missing}, which this Python ({sys.executable}) lacks; "
+        f"run: {cmd}{then}"
+    )
 
 
 def _walk(src: Path, prefix: str) -> list[tuple[str, Path, int]]:
@@ -300,10 +361,14 @@ def _data_dir(root: Path) -> Path:
 def plan(root: Path, dest: Path) -> Plan:
     """Every file the install writes, relative to `dest`, in a stable order."""
     if not (root / "SKILL.md").is_file():
-        raise InstallError(f"{root}: no SKILL.md, so this is not a skill folder (set FSDP_SKILL_ROOT?)")
+        raise InstallError(
+            f"{root}: no SKILL.md, so this is not a skill folder (set FSDP_SKILL_ROOT?)"
+        )
     if not (root / PACKAGE).is_dir():
         raise InstallError(f"{root}: no {PACKAGE.as_posix()}/, which the installed scripts import")
-    files: dict[str, tuple[Path, int]] = {"SKILL.md": (root / "SKILL.md", (root / "SKILL.md").stat().st_size)}
+    files: dict[str, tuple[Path, int]] = {
+        "SKILL.md": (root / "SKILL.md", (root / "SKILL.md").stat().st_size)
+    }
     for extra in sorted(root.glob("LICENSE*")):
         if extra.is_file():
             files[extra.name] = (extra, extra.stat().st_size)
@@ -357,7 +422,9 @@ def _check_overlap(root: Path, dest: Path) -> None:
         raise InstallError(f"{dest}: that is the skill being installed (or a folder above it)")
     for src in [root_r / t for t in TREES] + [root_r / PACKAGE]:
         if dest_r == src or src in dest_r.parents:
-            raise InstallError(f"{dest}: inside {src.relative_to(root_r)}, which the install copies")
+            raise InstallError(
+                f"{dest}: inside {src.relative_to(root_r)}, which the install copies"
+            )
 
 
 def _fresh_name(parent: Path, kind: str) -> Path:
@@ -374,7 +441,9 @@ def _remove_leftovers(parent: Path, dest: Path) -> None:
     Where the OS has no atomic folder swap, a kill between the two renames leaves `dest`
     missing and the previous copy under an `.old-` name: that copy is put back first.
     """
-    olds = sorted(parent.glob(f".{SKILL_NAME}.old-*"), key=lambda p: p.lstat().st_mtime, reverse=True)
+    olds = sorted(
+        parent.glob(f".{SKILL_NAME}.old-*"), key=lambda p: p.lstat().st_mtime, reverse=True
+    )
     if not os.path.lexists(dest):
         for old in olds:
             if old.is_dir() and not old.is_symlink() and (old / "SKILL.md").is_file():
@@ -382,7 +451,7 @@ def _remove_leftovers(parent: Path, dest: Path) -> None:
                 break
     for prefix in (f".{SKILL_NAME}.tmp-", f".{SKILL_NAME}.old-"):
         for stale in parent.glob(prefix + "*"):
-            fsswap.rmtree(stale)
+            atomic.rmtree(stale)
 
 
 def _verify(staging: Path, display: str) -> list[str]:
@@ -418,7 +487,9 @@ def install(
         if parent.exists() and not parent.is_dir():
             raise InstallError(f"{parent}: not a folder")
         if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
-            raise InstallError(f"{dest}: exists and is not a plain folder; remove it or choose another --target")
+            raise InstallError(
+                f"{dest}: exists and is not a plain folder; remove it or choose another --target"
+            )
         _check_overlap(root_p, dest)
     except OSError as e:  # e.g. EACCES from stat() inside a folder this user cannot enter
         raise InstallError(f"{e.filename or parent}: {e.strerror or e}") from None
@@ -429,7 +500,9 @@ def install(
             log(f"{SKILL_NAME}/{rel}  {_human(size)}")
         index = _data_dir(root_p) / "index"
         if not index.is_dir() or not any(index.iterdir()):
-            log("note: the index is not built yet; a real install builds it first (not counted above)")
+            log(
+                "note: the index is not built yet; a real install builds it first (not counted above)"
+            )
         log(f"would write {len(p.files)} files ({_human(p.total_bytes)}) to {dest}")
         return p
 
@@ -449,7 +522,9 @@ def install(
                 raise InstallError(f"building the index failed: {type(e).__name__}: {e}") from None
             data = _data_dir(root_p).resolve()
             if data not in index_dir.resolve().parents:
-                raise InstallError(f"index was built in {index_dir}, outside {data}; the copy would lack it")
+                raise InstallError(
+                    f"index was built in {index_dir}, outside {data}; the copy would lack it"
+                )
 
     p = plan(root_p, dest)
     try:
@@ -463,7 +538,9 @@ def install(
     try:
         lock.acquire(timeout=LOCK_TIMEOUT_S)
     except Timeout:
-        raise InstallError(f"{parent}: another install has held the lock for {LOCK_TIMEOUT_S:g} s") from None
+        raise InstallError(
+            f"{parent}: another install has held the lock for {LOCK_TIMEOUT_S:g} s"
+        ) from None
     except OSError as e:
         raise InstallError(f"{parent}: cannot lock: {e.strerror or e}") from None
     try:
@@ -471,7 +548,9 @@ def install(
             _remove_leftovers(parent, dest)
             staging = _fresh_name(parent, "tmp")
         except OSError as e:
-            raise InstallError(f"{getattr(e, 'filename', None) or parent}: {e.strerror or e}") from None
+            raise InstallError(
+                f"{getattr(e, 'filename', None) or parent}: {e.strerror or e}"
+            ) from None
         try:
             staging.mkdir()
             for rel, src, _ in p.files:
@@ -488,10 +567,12 @@ def install(
                     )
             _swap(staging, dest, parent)
         except OSError as e:
-            raise InstallError(f"{getattr(e, 'filename', None) or parent}: {e.strerror or e}") from None
+            raise InstallError(
+                f"{getattr(e, 'filename', None) or parent}: {e.strerror or e}"
+            ) from None
         finally:
             # After a swap this holds the previous copy; after a failure, the partial new one.
-            fsswap.rmtree(staging)
+            atomic.rmtree(staging)
     finally:
         lock.release()
 
@@ -503,12 +584,12 @@ def _swap(staging: Path, dest: Path, parent: Path) -> None:
     """Readers see the old copy or the new one, never a half-written or missing folder.
 
     One atomic exchange puts the new copy at `dest` and the old one at `staging`, which the
-    caller removes. Without an atomic swap (see fsswap) it takes two renames through a fresh
+    caller removes. Without an atomic swap (see fsdp_skill.atomic) it takes two renames through a fresh
     `.old-` name, and a kill between them is repaired by the next install.
     """
-    previous = fsswap.swap_in(staging, dest, _fresh_name(parent, "old"))
+    previous = atomic.swap_in(staging, dest, _fresh_name(parent, "old"))
     if previous is not None and previous != staging:
-        fsswap.rmtree(previous)
+        atomic.rmtree(previous)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -528,13 +609,19 @@ def main(argv: list[str] | None = None) -> int:
         + "); all: every agent whose home folder exists",
     )
     parser.add_argument(
-        "--scope", choices=SCOPES, default=None,
+        "--scope",
+        choices=SCOPES,
+        default=None,
         help="with --agent: user (default; the agent's folder in your home) or project (the agent's "
         "folder in the current directory, e.g. .claude/skills, .agents/skills)",
     )
-    parser.add_argument("--dry-run", action="store_true", help="list what would be written; write nothing")
     parser.add_argument(
-        "--no-build", action="store_true", help="copy references as they are; do not build the index"
+        "--dry-run", action="store_true", help="list what would be written; write nothing"
+    )
+    parser.add_argument(
+        "--no-build",
+        action="store_true",
+        help="copy references as they are; do not build the index",
     )
     parser.add_argument(
         "--no-verify", action="store_true", help="skip validating the copy before swapping it in"
@@ -545,7 +632,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.scope is not None and args.agent is None:
         parser.error("--scope goes with --agent (--target names the folder itself)")
     scope = args.scope or "user"
-    if args.agent not in (None, "all") and scope == "project" and AGENTS[args.agent].project is None:
+    if (
+        args.agent not in (None, "all")
+        and scope == "project"
+        and AGENTS[args.agent].project is None
+    ):
         parser.error(f"{args.agent} reads no project skills folder; use --scope user")
 
     previous_handler = _terminate_as_exception()
@@ -553,10 +644,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.target is not None:
             targets = [("", Path(args.target))]
         else:
-            targets = targets_for(args.agent, scope, note=lambda m: print(f"fsdp-skill install: {m}", file=sys.stderr))
+            targets = targets_for(
+                args.agent, scope, note=lambda m: print(f"fsdp-skill install: {m}", file=sys.stderr)
+            )
         for n, (_, target) in enumerate(targets):
             # One build is enough: later copies take the references and index the first one built.
-            install(target, dry_run=args.dry_run, build=not args.no_build and n == 0, verify=not args.no_verify)
+            install(
+                target,
+                dry_run=args.dry_run,
+                build=not args.no_build and n == 0,
+                verify=not args.no_verify,
+            )
     except _Terminated:
         print("fsdp-skill install: terminated; the previous copy is left in place", file=sys.stderr)
         return 143
@@ -564,11 +662,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fsdp-skill install: {e}", file=sys.stderr)
         return 1
     except OSError as e:  # anything the checks above did not name: still one line
-        print(f"fsdp-skill install: {getattr(e, 'filename', None) or 'error'}: {e.strerror or e}",
-              file=sys.stderr)
+        print(
+            f"fsdp-skill install: {getattr(e, 'filename', None) or 'error'}: {e.strerror or e}",
+            file=sys.stderr,
+        )
         return 1
     except KeyboardInterrupt:
-        print("fsdp-skill install: interrupted; the previous copy is left in place", file=sys.stderr)
+        print(
+            "fsdp-skill install: interrupted; the previous copy is left in place", file=sys.stderr
+        )
         return 130
     finally:
         if previous_handler is not None:

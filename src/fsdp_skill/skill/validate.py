@@ -60,9 +60,7 @@ MAX_YAML_ALIASES = 64
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _CODE_SPAN = re.compile(r"(`+)(.+?)(?<!`)\1(?!`)")
 _TORCH_NAME = re.compile(r"(?<![\w.])torch(?:\.[A-Za-z_]\w*)+")
-_PATH_TOKEN = re.compile(
-    r"(?<![\w./~@:-])((?:%s)/[\w./-]*)" % "|".join(PATH_ROOTS)
-)
+_PATH_TOKEN = re.compile(r"(?<![\w./~@:-])((?:%s)/[\w./-]*)" % "|".join(PATH_ROOTS))
 _LINK = re.compile(r"\]\(\s*<?([^)\s>]+)>?(?:\s+(?:\"[^\"]*\"|'[^']*'|\([^)]*\)))?\s*\)")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
@@ -149,7 +147,9 @@ def _yaml_style_problems(text: str) -> list[tuple[int, str]]:
         if isinstance(ev, yaml.AliasEvent):
             aliases += 1
             if aliases > MAX_YAML_ALIASES:
-                raise _YamlLimit(line, f"frontmatter uses more than {MAX_YAML_ALIASES} YAML aliases")
+                raise _YamlLimit(
+                    line, f"frontmatter uses more than {MAX_YAML_ALIASES} YAML aliases"
+                )
             out.append((line, f"YAML alias *{ev.anchor} is not allowed in frontmatter"))
             continue
         if getattr(ev, "anchor", None):
@@ -162,8 +162,12 @@ def _yaml_style_problems(text: str) -> list[tuple[int, str]]:
     return out
 
 
-def _walk_keys(node: yaml.Node, out: list[tuple[int, str]], top: dict[str, int] | None,
-               visited: set[int] | None = None) -> None:
+def _walk_keys(
+    node: yaml.Node,
+    out: list[tuple[int, str]],
+    top: dict[str, int] | None,
+    visited: set[int] | None = None,
+) -> None:
     # An alias is the same node object again: each node is checked once, however often it is
     # referenced (walking every reference is exponential in the nesting of aliases).
     visited = set() if visited is None else visited
@@ -199,8 +203,15 @@ def _read_capped(path: Path) -> bytes:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             mode = st.st_mode
-            kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a folder" if stat.S_ISDIR(mode) else
-                    "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket")
+            kind = (
+                "a FIFO"
+                if stat.S_ISFIFO(mode)
+                else "a folder"
+                if stat.S_ISDIR(mode)
+                else "a device"
+                if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+                else "a socket"
+            )
             raise OSError(f"is {kind}, not a regular file")
         if st.st_size > MAX_SKILL_MD_BYTES:
             raise OSError(f"is {st.st_size} bytes; the limit is {MAX_SKILL_MD_BYTES}")
@@ -364,7 +375,7 @@ def _body_spans(md: SkillMd):
         if fence is not None:
             # A closing fence: same character, at least as long, nothing after it.
             run = m.group(1) if m else ""
-            if run[:1] == fence[0] and len(run) >= len(fence) and not text[m.end():].strip():
+            if run[:1] == fence[0] and len(run) >= len(fence) and not text[m.end() :].strip():
                 fence = None
             yield line_no, text, True
             continue
@@ -404,11 +415,19 @@ def _check_paths(root: Path, md: SkillMd, rel: str, p: _Collector) -> int:
     resolved_root = root.resolve()
     for line, target, is_link in mentions:
         if os.path.isabs(target) or target.startswith("~"):
-            p.add(rel, line, f"'{target}' is an absolute path; use a path relative to the skill folder")
+            p.add(
+                rel,
+                line,
+                f"'{target}' is an absolute path; use a path relative to the skill folder",
+            )
             continue
         full = (root / target).resolve()
         if full != resolved_root and resolved_root not in full.parents:
-            p.add(rel, line, f"'{target}' points outside the skill folder, so installs would not carry it")
+            p.add(
+                rel,
+                line,
+                f"'{target}' points outside the skill folder, so installs would not carry it",
+            )
             continue
         want_dir = target.endswith("/")
         if want_dir and full.is_dir():
@@ -569,7 +588,11 @@ def check(
     with concurrent.futures.ThreadPoolExecutor(1) as background:
         # The scripts import torch in subprocesses while this process imports it for the names.
         scripts_p = _Collector(p.root)
-        scripts = background.submit(_check_scripts, root, scripts_p, timeout, jobs) if run_scripts else None
+        scripts = (
+            background.submit(_check_scripts, root, scripts_p, timeout, jobs)
+            if run_scripts
+            else None
+        )
         if check_torch:
             _check_torch_names(md, skill_md.name, p, report)
         if scripts is not None:
@@ -624,7 +647,9 @@ def main(argv: list[str] | None = None) -> int:
         "only on a folder you trust",
     )
     scripts.add_argument(
-        "--no-scripts", action="store_true", help="do not run the scripts (the default; kept for old command lines)"
+        "--no-scripts",
+        action="store_true",
+        help="do not run the scripts (the default; kept for old command lines)",
     )
     parser.add_argument("--no-torch", action="store_true", help="do not resolve torch.* names")
     parser.add_argument(
@@ -633,7 +658,9 @@ def main(argv: list[str] | None = None) -> int:
         default=DEFAULT_SCRIPT_TIMEOUT,
         help="seconds each script gets to answer --help (default: %(default)g)",
     )
-    parser.add_argument("--jobs", type=int, default=None, help="scripts run at once (default: CPUs, max 8)")
+    parser.add_argument(
+        "--jobs", type=int, default=None, help="scripts run at once (default: CPUs, max 8)"
+    )
     args = parser.parse_args(argv)
     if not math.isfinite(args.timeout) or args.timeout <= 0:
         parser.error(f"--timeout must be a positive number of seconds, got {args.timeout:g}")

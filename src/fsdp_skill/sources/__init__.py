@@ -1,0 +1,1 @@
+"""Stage 1: where reference pages come from (the installed torch, the docs site)."""

@@ -9,7 +9,9 @@ documents (docutils would choke on the Google sections), so this is a line-based
 import inspect
 import re
 
-_ROLE = re.compile(r":(?:py:)?(?:class|func|meth|attr|mod|data|exc|obj|ref|any|paramref):`(~?)([^`<]+?)(?:\s*<([^>]+)>)?`")
+_ROLE = re.compile(
+    r":(?:py:)?(?:class|func|meth|attr|mod|data|exc|obj|ref|any|paramref):`(~?)([^`<]+?)(?:\s*<([^>]+)>)?`"
+)
 _RST_LINK = re.compile(r"`([^`<]+?)\s*<([^>]+)>`__?")
 _DOUBLE_TICK = re.compile(r"``(.+?)``")
 _SECTION = re.compile(
@@ -18,25 +20,57 @@ _SECTION = re.compile(
     r"Shape|Type|Return type)\s*(::?)\s*$"
 )
 _DIRECTIVE = re.compile(r"^\.\.\s+([\w-]+)\s*::\s*(.*)$")
-_ARG_ITEM = re.compile(r"^\*{0,2}(\w[\w.,\s*]*?)\*{0,2}\s*(\(([^)]*(?:\([^)]*\)[^)]*)*)\))?\s*:(?:\s+|$)(.*)$")
+_ARG_ITEM = re.compile(
+    r"^\*{0,2}(\w[\w.,\s*]*?)\*{0,2}\s*(\(([^)]*(?:\([^)]*\)[^)]*)*)\))?\s*:(?:\s+|$)(.*)$"
+)
 _XDOCTEST = re.compile(r"#\s*(x?doctest|type):.*$")
-_ADMONITIONS = {"note": "Note", "warning": "Warning", "tip": "Tip", "important": "Important",
-                "seealso": "See also", "caution": "Caution", "danger": "Danger", "hint": "Hint",
-                "attention": "Attention", "deprecated": "Deprecated", "versionadded": "Added in",
-                "versionchanged": "Changed in"}
-_ARG_SECTIONS = {"args", "arguments", "parameters", "params", "keyword args", "keyword arguments",
-                 "kwargs", "other parameters", "attributes", "raises"}
-_CODE_DIRECTIVES = {"code-block", "code", "sourcecode", "testcode", "doctest", "testsetup", "testoutput"}
+_ADMONITIONS = {
+    "note": "Note",
+    "warning": "Warning",
+    "tip": "Tip",
+    "important": "Important",
+    "seealso": "See also",
+    "caution": "Caution",
+    "danger": "Danger",
+    "hint": "Hint",
+    "attention": "Attention",
+    "deprecated": "Deprecated",
+    "versionadded": "Added in",
+    "versionchanged": "Changed in",
+}
+_ARG_SECTIONS = {
+    "args",
+    "arguments",
+    "parameters",
+    "params",
+    "keyword args",
+    "keyword arguments",
+    "kwargs",
+    "other parameters",
+    "attributes",
+    "raises",
+}
+_CODE_DIRECTIVES = {
+    "code-block",
+    "code",
+    "sourcecode",
+    "testcode",
+    "doctest",
+    "testsetup",
+    "testoutput",
+}
 
 
 def inline(text):
     """Roles become code, rst links become markdown links, ``literals`` become `literals`."""
+
     def role(m):
         tilde, target, alt = m.groups()
         name = (alt or target).strip()
         if tilde:
             name = name.rsplit(".", 1)[-1]
         return f"`{name}`"
+
     text = _ROLE.sub(role, text)
     text = _RST_LINK.sub(lambda m: f"[{m.group(1).strip()}]({m.group(2).strip()})", text)
     return _DOUBLE_TICK.sub(lambda m: f"`{m.group(1)}`", text)
@@ -65,8 +99,18 @@ def _take_block(lines, i, base):
 
 def _fence(code_lines, lang="python"):
     code = [x.rstrip() for x in _dedent(code_lines)]
-    code = [x for x in (_XDOCTEST.sub("", x).rstrip() if "doctest" in x or "# type:" in x else x for x in code)
-            if x.strip() != ">>>" and x.strip() != "..."] if lang == "python" else code
+    code = (
+        [
+            x
+            for x in (
+                _XDOCTEST.sub("", x).rstrip() if "doctest" in x or "# type:" in x else x
+                for x in code
+            )
+            if x.strip() != ">>>" and x.strip() != "..."
+        ]
+        if lang == "python"
+        else code
+    )
     while code and not code[0].strip():
         code.pop(0)
     while code and not code[-1].strip():
@@ -150,8 +194,15 @@ def render_lines(lines, heading=None):
             flush()
             i += 1
             continue
-        if not para and i + 1 < len(lines) and _is_underline(lines[i + 1], stripped) and not _is_underline(line, "xxx"):
-            out.extend(heading(stripped, lines[i + 1].strip()[0]) if heading else [f"**{stripped}**", ""])
+        if (
+            not para
+            and i + 1 < len(lines)
+            and _is_underline(lines[i + 1], stripped)
+            and not _is_underline(line, "xxx")
+        ):
+            out.extend(
+                heading(stripped, lines[i + 1].strip()[0]) if heading else [f"**{stripped}**", ""]
+            )
             i += 2
             continue
         if stripped.startswith(">>>"):
@@ -176,7 +227,9 @@ def render_lines(lines, heading=None):
                 out.extend(_fence(body, lang))
             elif name in _ADMONITIONS:
                 label = _ADMONITIONS[name] + (f" {arg}" if name.startswith("version") else "")
-                inner = render_lines(_dedent(([arg] if arg and not name.startswith("version") else []) + body))
+                inner = render_lines(
+                    _dedent(([arg] if arg and not name.startswith("version") else []) + body)
+                )
                 out.extend(_quote(label, inner))
             elif name in ("math",):
                 out.extend(["```", *(x.strip() for x in body if x.strip()), "```", ""])
@@ -191,29 +244,48 @@ def render_lines(lines, heading=None):
                 out.append(f"**{title}:**")
                 out.append("")
                 if any(x.strip().startswith(">>>") for x in body) or m.group(2) == "::":
-                    out.extend(_fence(body) if not any(x.strip().startswith(">>>") for x in body)
-                               else render_lines(_dedent(body)))
+                    out.extend(
+                        _fence(body)
+                        if not any(x.strip().startswith(">>>") for x in body)
+                        else render_lines(_dedent(body))
+                    )
                 else:
                     out.extend(render_lines(_dedent(body)))
             elif key in _ARG_SECTIONS:
                 out.extend([f"**{title}:**", ""])
                 out.extend(_render_args(body))
             elif key in ("note", "notes", "warning", "warnings"):
-                out.extend(_quote(title.rstrip("s") if key.endswith("s") else title, render_lines(_dedent(body))))
+                out.extend(
+                    _quote(
+                        title.rstrip("s") if key.endswith("s") else title,
+                        render_lines(_dedent(body)),
+                    )
+                )
             else:
                 out.extend([f"**{title}:**", ""])
                 out.extend(render_lines(_dedent(body)))
             continue
-        if stripped.startswith(("- ", "* ", "+ ")) or stripped[:3].rstrip(".").isdigit() and stripped[1:3] in (". ", ") "):
+        if (
+            stripped.startswith(("- ", "* ", "+ "))
+            or stripped[:3].rstrip(".").isdigit()
+            and stripped[1:3] in (". ", ") ")
+        ):
             flush()
             # A list item: its own continuation lines are indented past the bullet.
             body, j = _take_block(lines, i + 1, base)
-            text = " ".join([stripped[2:].strip()] + [x.strip() for x in body if x.strip() and not x.strip().startswith(("- ", "* "))])
+            text = " ".join(
+                [stripped[2:].strip()]
+                + [x.strip() for x in body if x.strip() and not x.strip().startswith(("- ", "* "))]
+            )
             nested = [x for x in body if x.strip().startswith(("- ", "* "))]
             if nested:
                 # Keep nested bullets nested.
-                sub_start = next(k for k, x in enumerate(body) if x.strip().startswith(("- ", "* ")))
-                text = " ".join([stripped[2:].strip()] + [x.strip() for x in body[:sub_start] if x.strip()])
+                sub_start = next(
+                    k for k, x in enumerate(body) if x.strip().startswith(("- ", "* "))
+                )
+                text = " ".join(
+                    [stripped[2:].strip()] + [x.strip() for x in body[:sub_start] if x.strip()]
+                )
                 sub = render_lines(_dedent(body[sub_start:]))
                 out.append(f"{' ' * 0}- {inline(text)}")
                 out.extend(("  " + x if x else x) for x in sub if x)
@@ -249,7 +321,11 @@ def _quote(label, inner):
     if not inner:
         return []
     first = inner[0]
-    lines = [f"> **{label}:** {first}" if first and not first.startswith(("```", "- ")) else f"> **{label}:**"]
+    lines = [
+        f"> **{label}:** {first}"
+        if first and not first.startswith(("```", "- "))
+        else f"> **{label}:**"
+    ]
     if not (first and not first.startswith(("```", "- "))):
         lines.append(f"> {first}" if first else ">")
     lines.extend(f"> {x}" if x else ">" for x in inner[1:])

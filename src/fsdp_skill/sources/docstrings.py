@@ -5,16 +5,16 @@ chunk links to the real, versioned page and anchor of the installed torch.
 """
 
 import inspect
-import re
 import os
+import re
 import sys
 from pathlib import Path
 
 import yaml
 
-from ..apinames import resolve
-from ..pages import write_page
-from .docstring_md import render
+from fsdp_skill.apinames import resolve
+from fsdp_skill.pages import write_page
+from fsdp_skill.sources.docstring_md import render
 
 PAGES_SPEC = Path(__file__).resolve().parent.parent / "data" / "api_pages.yaml"
 DOCS_URL = "https://docs.pytorch.org/docs/{version}/{page}.html"
@@ -34,7 +34,11 @@ def own_doc(obj):
     if isinstance(obj, property):
         obj = obj.fget
     doc = getattr(obj, "__doc__", None)
-    if inspect.isclass(obj) and doc is not None and any(doc is getattr(b, "__doc__", None) for b in obj.__mro__[1:]):
+    if (
+        inspect.isclass(obj)
+        and doc is not None
+        and any(doc is getattr(b, "__doc__", None) for b in obj.__mro__[1:])
+    ):
         return None
     return doc if isinstance(doc, str) and doc.strip() else None
 
@@ -62,7 +66,7 @@ def compact_signature(sig):
         return sig
     params = _QUALIFIED_TYPE.sub(r"\1", _ENUM_REPR.sub(r"\1", params))
     close = _matching_paren(params)
-    ret = params[close + 1:]
+    ret = params[close + 1 :]
     if ret.startswith(" -> "):
         ret = " -> " + _short_annotation(ret[4:])
     return head + paren + ", ".join(_short_param(p) for p in _split_top(params[:close])) + ")" + ret
@@ -127,7 +131,7 @@ def _signature(name, obj, doc):
     except (TypeError, ValueError):
         sig, rest = _pybind_split(name, doc)
         if sig:
-            params = sig[sig.index("("):] if "(" in sig else "()"
+            params = sig[sig.index("(") :] if "(" in sig else "()"
             return f"{kind}{name}{params}", rest
         return f"{kind}{name}(...)", doc
 
@@ -174,7 +178,9 @@ def build_pages(out_dir, torch_version=None, progress=None):
     spec = yaml.safe_load(PAGES_SPEC.read_text())["pages"]
     merged = {}
     for entry in spec:
-        merged.setdefault(entry["page"], {"title": entry["title"], "parts": []})["parts"].append(entry)
+        merged.setdefault(entry["page"], {"title": entry["title"], "parts": []})["parts"].append(
+            entry
+        )
     written = []
     for page, info in merged.items():
         if progress:
@@ -198,8 +204,13 @@ def build_pages(out_dir, torch_version=None, progress=None):
         blocks = [t for t in (render_object(*e) for e in entries) if t]
         body = f"# {info['title']}\n\n" + "\n".join(blocks)
         path = Path(out_dir) / f"{page}.md"
-        meta = {"title": info["title"], "url": url, "source": "docstring",
-                "torch_version": version, "page": page}
+        meta = {
+            "title": info["title"],
+            "url": url,
+            "source": "docstring",
+            "torch_version": version,
+            "page": page,
+        }
         write_page(path, meta, body)
         written.append(path)
     return written

@@ -10,14 +10,14 @@ import tempfile
 
 import torch
 import torch.distributed as dist
-import torch.nn as nn
-import torch.nn.functional as F
 
 # Importing torch.distributed.optim runs torch.jit.script/interface decorators inside torch, which
 # emit DeprecationWarnings at import time (not caused by the guides' code). Import it once here,
 # outside the blocks' warning check, so blocks that use ZeroRedundancyOptimizer are judged only on
 # their own warnings.
 import torch.distributed.optim  # noqa: F401,E402
+import torch.nn as nn
+import torch.nn.functional as F
 
 
 def _tmp_dir(tag: str) -> str:
@@ -29,11 +29,17 @@ def _tmp_dir(tag: str) -> str:
 
 
 def _basics(ns: dict) -> None:
-    ns.update(rank=dist.get_rank(), world=dist.get_world_size(), world_size=dist.get_world_size(),
-              local_rank=int(os.environ.get("LOCAL_RANK", "0")), device=torch.device("cpu"))
+    ns.update(
+        rank=dist.get_rank(),
+        world=dist.get_world_size(),
+        world_size=dist.get_world_size(),
+        local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+        device=torch.device("cpu"),
+    )
 
 
 # ---------------------------------------------------------------- collectives-and-process-groups
+
 
 def g2_loss(ns: dict) -> None:
     _basics(ns)
@@ -58,8 +64,12 @@ def g2_broadcast(ns: dict) -> None:
     import torch.distributed.checkpoint as dcp
 
     _basics(ns)
-    ns.update(dcp=dcp, state={}, make_run_id=lambda: uuid.uuid4().hex[:8],
-              ckpt_dir=os.path.join(_tmp_dir("bcast"), "no-checkpoint-yet"))
+    ns.update(
+        dcp=dcp,
+        state={},
+        make_run_id=lambda: uuid.uuid4().hex[:8],
+        ckpt_dir=os.path.join(_tmp_dir("bcast"), "no-checkpoint-yet"),
+    )
 
 
 def g2_flag(ns: dict) -> None:
@@ -87,8 +97,12 @@ def g2_tensor(ns: dict) -> None:
     """A small float tensor ``t``/``x``/``stats`` per rank, plus a tiny model."""
     _basics(ns)
     r = float(dist.get_rank())
-    ns.update(t=torch.full((2,), r), x=torch.full((2,), r), stats=torch.tensor([r, 1.0]),
-              model=nn.Linear(2, 2))
+    ns.update(
+        t=torch.full((2,), r),
+        x=torch.full((2,), r),
+        stats=torch.tensor([r, 1.0]),
+        model=nn.Linear(2, 2),
+    )
 
 
 def g2_train_fn(ns: dict) -> None:
@@ -97,6 +111,7 @@ def g2_train_fn(ns: dict) -> None:
 
 
 # ---------------------------------------------------------------- ddp-and-zero
+
 
 class _Ds(torch.utils.data.Dataset):
     def __init__(self, n: int = 24):
@@ -121,8 +136,15 @@ def g2_ddp_script(ns: dict) -> None:
     from torch.utils.data.distributed import DistributedSampler
 
     _basics(ns)
-    ns.update(DDP=DDP, DataLoader=DataLoader, DistributedSampler=DistributedSampler,
-              build_model=_build_model, dataset=_Ds(), loss_fn=F.cross_entropy, epochs=2)
+    ns.update(
+        DDP=DDP,
+        DataLoader=DataLoader,
+        DistributedSampler=DistributedSampler,
+        build_model=_build_model,
+        dataset=_Ds(),
+        loss_fn=F.cross_entropy,
+        epochs=2,
+    )
 
 
 def g2_ddp_model(ns: dict) -> None:
@@ -132,9 +154,13 @@ def g2_ddp_model(ns: dict) -> None:
     _basics(ns)
     model = DDP(_build_model())
     ds = _Ds(16)
-    ns.update(DDP=DDP, model=model, optim=torch.optim.SGD(model.parameters(), lr=0.1),
-              loss_fn=F.cross_entropy,
-              micro_batches=[(ds.x[i:i + 4], ds.y[i:i + 4]) for i in range(0, 16, 4)])
+    ns.update(
+        DDP=DDP,
+        model=model,
+        optim=torch.optim.SGD(model.parameters(), lr=0.1),
+        loss_fn=F.cross_entropy,
+        micro_batches=[(ds.x[i : i + 4], ds.y[i : i + 4]) for i in range(0, 16, 4)],
+    )
 
 
 def g2_zero(ns: dict) -> None:
@@ -161,11 +187,14 @@ def g2_zero_saved(ns: dict) -> None:
 
 # ---------------------------------------------------------------- uneven-inputs-and-join
 
+
 def _uneven_loader(extra: int):
     """Rank r gets 3 + r * extra batches of (x, y)."""
     g = torch.Generator().manual_seed(dist.get_rank())
     n = 3 + dist.get_rank() * extra
-    return [(torch.randn(4, 8, generator=g), torch.randint(0, 4, (4,), generator=g)) for _ in range(n)]
+    return [
+        (torch.randn(4, 8, generator=g), torch.randint(0, 4, (4,), generator=g)) for _ in range(n)
+    ]
 
 
 def g2_join(ns: dict) -> None:
@@ -174,9 +203,14 @@ def g2_join(ns: dict) -> None:
 
     _basics(ns)
     ddp_model = DDP(_build_model())
-    ns.update(ddp_model=ddp_model, loader=_uneven_loader(2), loss_fn=F.cross_entropy,
-              zero_optim=ZeroRedundancyOptimizer(ddp_model.parameters(),
-                                                 optimizer_class=torch.optim.SGD, lr=0.1))
+    ns.update(
+        ddp_model=ddp_model,
+        loader=_uneven_loader(2),
+        loss_fn=F.cross_entropy,
+        zero_optim=ZeroRedundancyOptimizer(
+            ddp_model.parameters(), optimizer_class=torch.optim.SGD, lr=0.1
+        ),
+    )
 
 
 def g2_uneven_loader(ns: dict) -> None:
@@ -189,8 +223,12 @@ def g2_eval(ns: dict) -> None:
     from torch.utils.data.distributed import DistributedSampler
 
     _basics(ns)
-    ns.update(val_set=_Ds(10), model=_build_model(), DataLoader=DataLoader,
-              DistributedSampler=DistributedSampler)
+    ns.update(
+        val_set=_Ds(10),
+        model=_build_model(),
+        DataLoader=DataLoader,
+        DistributedSampler=DistributedSampler,
+    )
 
 
 def g2_stream(ns: dict) -> None:
@@ -209,6 +247,7 @@ def g2_stream(ns: dict) -> None:
 
 
 # ---------------------------------------------------------------- device mesh, HSDP, TP, DTensor
+
 
 def g2_mesh_shape(ns: dict) -> None:
     """Mesh sizes for 4 ranks: 2 x 2 for 2-D meshes, 1 x 2 x 2 for 3-D ones."""
@@ -240,7 +279,9 @@ class _Attn(nn.Module):
 
     def forward(self, h):
         b, s, _ = h.shape
-        q, k, v = (w(h).view(b, s, -1, self.head_dim).transpose(1, 2) for w in (self.wq, self.wk, self.wv))
+        q, k, v = (
+            w(h).view(b, s, -1, self.head_dim).transpose(1, 2) for w in (self.wq, self.wk, self.wv)
+        )
         o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.wo(o.transpose(1, 2).reshape(b, s, -1))
 
@@ -287,7 +328,7 @@ def g2_toy(ns: dict) -> None:
     from torch.distributed.fsdp import fully_shard
 
     _basics(ns)
-    ns.update(dp=2, tp=2, num_nodes=2, gpus_per_node=2)   # 4 ranks
+    ns.update(dp=2, tp=2, num_nodes=2, gpus_per_node=2)  # 4 ranks
     torch.manual_seed(0)
     ns.update(model=_Toy(), fully_shard=fully_shard, init_device_mesh=init_device_mesh)
 
@@ -296,10 +337,15 @@ def g2_groups(ns: dict) -> None:
     """Process groups built by hand on 4 ranks: a DP group, and replicate/shard groups (2 x 2)."""
     g2_toy(ns)
     r = dist.get_rank()
-    rep_groups = [dist.new_group([0, 2]), dist.new_group([1, 3])]     # same shard index
-    shard_groups = [dist.new_group([0, 1]), dist.new_group([2, 3])]   # same replica index
-    ns.update(my_dp_group=dist.group.WORLD, replicate_group=rep_groups[r % 2],
-              shard_group=shard_groups[r // 2], n_replicas=2, n_shard=2)
+    rep_groups = [dist.new_group([0, 2]), dist.new_group([1, 3])]  # same shard index
+    shard_groups = [dist.new_group([0, 1]), dist.new_group([2, 3])]  # same replica index
+    ns.update(
+        my_dp_group=dist.group.WORLD,
+        replicate_group=rep_groups[r % 2],
+        shard_group=shard_groups[r // 2],
+        n_replicas=2,
+        n_shard=2,
+    )
 
 
 def g2_fsdp1(ns: dict) -> None:
@@ -308,27 +354,41 @@ def g2_fsdp1(ns: dict) -> None:
     from torch.distributed.fsdp import ShardingStrategy
 
     _basics(ns)
-    ns.update(FSDP=FSDP, ShardingStrategy=ShardingStrategy, init_device_mesh=init_device_mesh,
-              model=_build_model())
+    ns.update(
+        FSDP=FSDP,
+        ShardingStrategy=ShardingStrategy,
+        init_device_mesh=init_device_mesh,
+        model=_build_model(),
+    )
 
 
 def g2_tp_fsdp(ns: dict) -> None:
     """The toy transformer after TP on mesh["tp"] and FSDP on mesh["dp"] (2 x 2, 4 ranks), plus a batch."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
 
     _basics(ns)
     torch.manual_seed(0)
     model = _Toy()
     mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
-    plan = {"attn.wq": ColwiseParallel(), "attn.wk": ColwiseParallel(), "attn.wv": ColwiseParallel(),
-            "attn.wo": RowwiseParallel(), "mlp.w1": ColwiseParallel(), "mlp.w2": RowwiseParallel()}
+    plan = {
+        "attn.wq": ColwiseParallel(),
+        "attn.wk": ColwiseParallel(),
+        "attn.wv": ColwiseParallel(),
+        "attn.wo": RowwiseParallel(),
+        "mlp.w1": ColwiseParallel(),
+        "mlp.w2": RowwiseParallel(),
+    }
     for blk in model.layers:
         parallelize_module(blk, mesh["tp"], plan)
         fully_shard(blk, mesh=mesh["dp"])
     fully_shard(model, mesh=mesh["dp"])
-    g = torch.Generator().manual_seed(mesh["dp"].get_local_rank())   # same batch within a TP group
+    g = torch.Generator().manual_seed(mesh["dp"].get_local_rank())  # same batch within a TP group
     ids = torch.randint(0, 32, (2, 6), generator=g)
     ns.update(model=model, mesh=mesh, ids=ids, x=ids)
 
@@ -336,14 +396,26 @@ def g2_tp_fsdp(ns: dict) -> None:
 def g2_tp_attn(ns: dict) -> None:
     """One block's attention after ColwiseParallel on a 1-D tp mesh of 4 ranks, and its input."""
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
 
     _basics(ns)
     torch.manual_seed(0)
     blk = _Block(16, 4)
     tp_mesh = init_device_mesh("cpu", (dist.get_world_size(),), mesh_dim_names=("tp",))
-    parallelize_module(blk, tp_mesh, {"attn.wq": ColwiseParallel(), "attn.wk": ColwiseParallel(),
-                                      "attn.wv": ColwiseParallel(), "attn.wo": RowwiseParallel()})
+    parallelize_module(
+        blk,
+        tp_mesh,
+        {
+            "attn.wq": ColwiseParallel(),
+            "attn.wk": ColwiseParallel(),
+            "attn.wv": ColwiseParallel(),
+            "attn.wo": RowwiseParallel(),
+        },
+    )
     ns.update(block=blk, tp_mesh=tp_mesh, h=torch.randn(2, 6, 16), b=2, s=6)
 
 
@@ -366,8 +438,11 @@ def g2_dtensor_d(ns: dict) -> None:
     from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 
     g2_dtensor_model(ns)
-    ns.update(Shard=Shard, Replicate=Replicate,
-              d=distribute_tensor(torch.arange(16.).reshape(8, 2), ns["mesh"], [Shard(0)]))
+    ns.update(
+        Shard=Shard,
+        Replicate=Replicate,
+        d=distribute_tensor(torch.arange(16.0).reshape(8, 2), ns["mesh"], [Shard(0)]),
+    )
 
 
 def g2_dtensor_ema(ns: dict) -> None:
@@ -377,5 +452,10 @@ def g2_dtensor_ema(ns: dict) -> None:
     g2_dtensor_model(ns)
     p = ns["model"][0].weight
     ema = torch.zeros(p.shape)
-    ns.update(p=p, ema=ema, distribute_tensor=distribute_tensor,
-              ema_local=torch.zeros_like(p.to_local()), tensor=p.full_tensor().detach().clone())
+    ns.update(
+        p=p,
+        ema=ema,
+        distribute_tensor=distribute_tensor,
+        ema_local=torch.zeros_like(p.to_local()),
+        tensor=p.full_tensor().detach().clone(),
+    )

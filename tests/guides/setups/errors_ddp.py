@@ -39,7 +39,6 @@ def errors_ddp_linear(ns: dict) -> None:
     ns["DDP"] = DistributedDataParallel
 
 
-
 def errors_ddp_bn(ns: dict) -> None:
     """`model`: Linear + BatchNorm1d + Linear (a small discriminator); `real`, `fake`: (4, 4)
     batches; `DDP`: DistributedDataParallel."""
@@ -47,6 +46,7 @@ def errors_ddp_bn(ns: dict) -> None:
     ns["model"] = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.Linear(4, 1))
     ns["real"], ns["fake"] = torch.randn(4, 4), torch.randn(4, 4)
     ns["DDP"] = DistributedDataParallel
+
 
 # Importing torch.distributed.optim makes torch 2.13 emit DeprecationWarnings from its own
 # torch.jit.script calls; importing it when this module loads keeps them out of the blocks.

@@ -59,7 +59,11 @@ class _Transformer(nn.Module):
     @torch.no_grad()
     def generate(self, tokens, max_new_tokens: int = 2):
         for _ in range(max_new_tokens):
-            nxt = self.forward(tokens).view(tokens.shape[0], -1, VOCAB)[:, -1].argmax(-1, keepdim=True)
+            nxt = (
+                self.forward(tokens)
+                .view(tokens.shape[0], -1, VOCAB)[:, -1]
+                .argmax(-1, keepdim=True)
+            )
             tokens = torch.cat([tokens, nxt], dim=1)
         return tokens
 
@@ -107,19 +111,33 @@ def _shared_dir() -> str:
 def g1_toy(ns: dict) -> None:
     """An unsharded toy model, its class and config, a CPU mesh, data and a loss."""
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import (CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy,
-                                        fully_shard, register_fsdp_forward_method)
+    from torch.distributed.fsdp import (
+        CPUOffloadPolicy,
+        FSDPModule,
+        MixedPrecisionPolicy,
+        fully_shard,
+        register_fsdp_forward_method,
+    )
 
     torch.manual_seed(0)
     rank = dist.get_rank()
     ns.update(
-        Transformer=_Transformer, TransformerBlock=_Block, cfg=_Cfg(), build_model=_Transformer,
-        model=_Transformer(), mesh=_mesh(), loss_fn=_loss_fn, rank=rank,
+        Transformer=_Transformer,
+        TransformerBlock=_Block,
+        cfg=_Cfg(),
+        build_model=_Transformer,
+        model=_Transformer(),
+        mesh=_mesh(),
+        loss_fn=_loss_fn,
+        rank=rank,
         local_rank=int(os.environ.get("LOCAL_RANK", "0")),
         loader=[_batch(10 * rank + i) for i in range(2)],
         micro_batches=[_batch(100 + 10 * rank + i) for i in range(2)],
-        init_device_mesh=init_device_mesh, fully_shard=fully_shard, FSDPModule=FSDPModule,
-        MixedPrecisionPolicy=MixedPrecisionPolicy, CPUOffloadPolicy=CPUOffloadPolicy,
+        init_device_mesh=init_device_mesh,
+        fully_shard=fully_shard,
+        FSDPModule=FSDPModule,
+        MixedPrecisionPolicy=MixedPrecisionPolicy,
+        CPUOffloadPolicy=CPUOffloadPolicy,
         register_fsdp_forward_method=register_fsdp_forward_method,
         mp=MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32),
     )
@@ -129,8 +147,9 @@ def g1_script(ns: dict) -> None:
     """For blocks that create their own process group: model factory, loss and data only."""
     rank = int(os.environ.get("RANK", "0"))
     torch.manual_seed(0)
-    ns.update(build_model=_Transformer, loss_fn=_loss_fn,
-              loader=[_batch(10 * rank + i) for i in range(2)])
+    ns.update(
+        build_model=_Transformer, loss_fn=_loss_fn, loader=[_batch(10 * rank + i) for i in range(2)]
+    )
 
 
 def g1_sharded(ns: dict) -> None:
@@ -162,7 +181,11 @@ def g1_tp_fsdp(ns: dict) -> None:
     """
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
 
     class MLPBlock(nn.Module):
         def __init__(self):
@@ -200,17 +223,27 @@ def g1_tp_fsdp(ns: dict) -> None:
 
 def g1_fsdp1(ns: dict) -> None:
     """The names the FSDP1 snippets use: FSDP, its config classes, a policy and a device."""
+    from torch.distributed.fsdp import (
+        FullStateDictConfig,
+        MixedPrecision,
+        ShardingStrategy,
+        StateDictType,
+    )
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-    from torch.distributed.fsdp import (FullStateDictConfig, MixedPrecision, ShardingStrategy,
-                                        StateDictType)
     from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
 
     g1_toy(ns)
-    ns.update(FSDP=FSDP, ShardingStrategy=ShardingStrategy, MixedPrecision=MixedPrecision,
-              StateDictType=StateDictType, FullStateDictConfig=FullStateDictConfig,
-              transformer_auto_wrap_policy=transformer_auto_wrap_policy, functools=functools,
-              policy=functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={_Block}),
-              device=torch.device("cpu"))
+    ns.update(
+        FSDP=FSDP,
+        ShardingStrategy=ShardingStrategy,
+        MixedPrecision=MixedPrecision,
+        StateDictType=StateDictType,
+        FullStateDictConfig=FullStateDictConfig,
+        transformer_auto_wrap_policy=transformer_auto_wrap_policy,
+        functools=functools,
+        policy=functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={_Block}),
+        device=torch.device("cpu"),
+    )
 
 
 def g1_fsdp1_wrapped(ns: dict) -> None:
@@ -243,8 +276,10 @@ def g1_ckpt_saved(ns: dict) -> None:
 
     g1_ckpt(ns)
     msd, osd = get_state_dict(ns["model"], ns["optim"])
-    dcp.save({"app": {"model": msd, "optim": osd}, "step": 1000},
-             checkpoint_id=f"{ns['ckpt_dir']}/step_1000")
+    dcp.save(
+        {"app": {"model": msd, "optim": osd}, "step": 1000},
+        checkpoint_id=f"{ns['ckpt_dir']}/step_1000",
+    )
 
 
 def g1_full_file(ns: dict) -> None:
@@ -260,6 +295,11 @@ def g1_full_file(ns: dict) -> None:
         torch.manual_seed(1)
         torch.save(_Transformer(tie=True).state_dict(), path)
     dist.barrier()
-    ns.update(ckpt_dir=ckpt_dir, path=path, StateDictOptions=StateDictOptions,
-              set_model_state_dict=set_model_state_dict, fully_shard=fully_shard,
-              Transformer=functools.partial(_Transformer, tie=True))
+    ns.update(
+        ckpt_dir=ckpt_dir,
+        path=path,
+        StateDictOptions=StateDictOptions,
+        set_model_state_dict=set_model_state_dict,
+        fully_shard=fully_shard,
+        Transformer=functools.partial(_Transformer, tie=True),
+    )

@@ -33,13 +33,13 @@ class ClientSettings:
     backoff_s: float = 1.0
     # Wall-clock limits: the timeouts above bound each wait for a byte, so a server that drips
     # one byte a second would otherwise hold a page, and the run, for as long as it likes.
-    page_deadline_s: float = 300.0   # one page or objects.inv, every try and redirect included
-    run_deadline_s: float = 1800.0   # the whole scrape
+    page_deadline_s: float = 300.0  # one page or objects.inv, every try and redirect included
+    run_deadline_s: float = 1800.0  # the whole scrape
 
 
 @dataclass(frozen=True)
 class PageSpec:
-    page: str          # docs path without .html, or tutorials/<dir>/<name>
+    page: str  # docs path without .html, or tutorials/<dir>/<name>
     category: str
 
     @property
@@ -50,13 +50,13 @@ class PageSpec:
 @dataclass(frozen=True)
 class ScrapeConfig:
     version: str
-    site_root: str                 # public root, e.g. https://docs.pytorch.org/
-    docs_base: str                 # relative to site_root, may hold {version}
+    site_root: str  # public root, e.g. https://docs.pytorch.org/
+    docs_base: str  # relative to site_root, may hold {version}
     tutorials_base: str
     pages: tuple[PageSpec, ...]
     allowed_hosts: tuple[str, ...] = ()
     client: ClientSettings = field(default_factory=ClientSettings)
-    base_url: str | None = None    # where pages are fetched from; None: site_root
+    base_url: str | None = None  # where pages are fetched from; None: site_root
 
     # --- URLs -----------------------------------------------------------------------------
     def _rel_base(self, tutorial: bool) -> str:
@@ -65,7 +65,7 @@ class ScrapeConfig:
 
     def _rel_path(self, spec: PageSpec) -> str:
         if spec.is_tutorial:
-            return self._rel_base(True) + spec.page[len(TUTORIALS_PREFIX):] + ".html"
+            return self._rel_base(True) + spec.page[len(TUTORIALS_PREFIX) :] + ".html"
         return self._rel_base(False) + spec.page + ".html"
 
     def public_url(self, spec: PageSpec) -> str:
@@ -88,7 +88,9 @@ class ScrapeConfig:
         hosts.add(urlsplit(self.fetch_root).netloc.lower())
         return hosts
 
-    def with_overrides(self, *, version: str | None = None, base_url: str | None = None) -> "ScrapeConfig":
+    def with_overrides(
+        self, *, version: str | None = None, base_url: str | None = None
+    ) -> ScrapeConfig:
         cfg = self
         if version is not None:
             cfg = replace(cfg, version=_check_version(version))
@@ -134,11 +136,13 @@ def _check_client(client: ClientSettings, where: str) -> None:
         low_ok = key in _NON_NEGATIVE and value == 0
         if not math.isfinite(value) or (value <= 0 and not low_ok):
             kind = "a positive" if key in _POSITIVE else "a non-negative"
-            raise ConfigError(f"{where}: client setting {key} must be {kind} number of seconds, "
-                              f"got {value:g}")
+            raise ConfigError(
+                f"{where}: client setting {key} must be {kind} number of seconds, got {value:g}"
+            )
     if not 0 <= client.retries <= MAX_RETRIES:
-        raise ConfigError(f"{where}: client setting retries must be 0 to {MAX_RETRIES}, "
-                          f"got {client.retries}")
+        raise ConfigError(
+            f"{where}: client setting retries must be 0 to {MAX_RETRIES}, got {client.retries}"
+        )
     if not client.user_agent.strip():
         raise ConfigError(f"{where}: client setting user_agent must not be empty")
 
@@ -206,10 +210,12 @@ def parse_config(raw: object, where: str = "config") -> ScrapeConfig:
     if unknown:
         raise ConfigError(f"{where}: unknown client setting(s) {sorted(unknown)}")
     try:
-        client = ClientSettings(**{
-            k: (str(v) if k == "user_agent" else int(v) if k == "retries" else float(v))
-            for k, v in client_raw.items()
-        })
+        client = ClientSettings(
+            **{
+                k: (str(v) if k == "user_agent" else int(v) if k == "retries" else float(v))
+                for k, v in client_raw.items()
+            }
+        )
     except (TypeError, ValueError, OverflowError) as exc:
         raise ConfigError(f"{where}: bad client setting: {exc}") from None
     _check_client(client, where)

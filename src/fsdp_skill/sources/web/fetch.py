@@ -11,9 +11,9 @@ import tempfile
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 from urllib.parse import urljoin, urlsplit
 
 import requests
@@ -21,7 +21,7 @@ from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
-from .config import ClientSettings
+from fsdp_skill.sources.web.config import ClientSettings
 
 MAX_REDIRECTS = 5
 # The whole distributed.html is under 1 MB; anything far larger is not a docs page.
@@ -36,7 +36,7 @@ class FetchError(RuntimeError):
 class FetchResult:
     url: str
     body: bytes
-    status: int            # 200, or 304 when the cached copy was confirmed unchanged
+    status: int  # 200, or 304 when the cached copy was confirmed unchanged
     from_cache: bool
 
 
@@ -69,8 +69,13 @@ class RawCache:
 
     def put(self, url: str, body: bytes, etag: str | None, last_modified: str | None) -> None:
         body_p, meta_p = self._paths(url)
-        meta = {"url": url, "etag": etag, "last_modified": last_modified,
-                "sha256": hashlib.sha256(body).hexdigest(), "size": len(body)}
+        meta = {
+            "url": url,
+            "etag": etag,
+            "last_modified": last_modified,
+            "sha256": hashlib.sha256(body).hexdigest(),
+            "size": len(body),
+        }
         old = self.get(url)
         if old is not None and old[0] == meta:
             return  # same bytes, same validators: leave the files (and their mtimes) alone
@@ -96,10 +101,16 @@ def _atomic_write(path: Path, data: bytes) -> None:
 class PoliteClient:
     """GET with a rate limit, timeouts, retries with backoff, a host allowlist and a cache."""
 
-    def __init__(self, settings: ClientSettings, allowed_hosts: set[str], cache: RawCache | None,
-                 *, session: requests.Session | None = None,
-                 sleep: Callable[[float], None] = time.sleep,
-                 log: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        settings: ClientSettings,
+        allowed_hosts: set[str],
+        cache: RawCache | None,
+        *,
+        session: requests.Session | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        log: Callable[[str], None] | None = None,
+    ):
         self.settings = settings
         self.allowed_hosts = {h.lower() for h in allowed_hosts}
         self.cache = cache
@@ -155,7 +166,9 @@ class PoliteClient:
                     try:
                         status, final_url, body, resp_headers = self._get_following(url, headers)
                     except Exception:
-                        if dog.fired:  # whatever the cut connection raised, the cause is the deadline
+                        if (
+                            dog.fired
+                        ):  # whatever the cut connection raised, the cause is the deadline
                             raise _DeadlineHit() from None
                         raise
                 if dog.fired:  # finished as the deadline hit: the body may be cut short
@@ -166,7 +179,9 @@ class PoliteClient:
                 if attempt == attempts:
                     raise FetchError(f"{url}: {exc} (gave up after {attempts} tries)") from None
                 if time.monotonic() + delay >= deadline:
-                    raise FetchError(f"{url}: {exc}; no time left for another try ({why})") from None
+                    raise FetchError(
+                        f"{url}: {exc}; no time left for another try ({why})"
+                    ) from None
                 self.log(f"  retry {attempt}/{attempts - 1} in {delay:.1f}s: {url}: {exc}")
                 self._sleep(delay)
                 delay *= 2
@@ -176,7 +191,9 @@ class PoliteClient:
                     raise FetchError(f"{url}: 304 Not Modified without a cached copy")
                 return FetchResult(url, cached[1], 304, True)
             if self.cache:
-                self.cache.put(url, body, resp_headers.get("ETag"), resp_headers.get("Last-Modified"))
+                self.cache.put(
+                    url, body, resp_headers.get("ETag"), resp_headers.get("Last-Modified")
+                )
             return FetchResult(url, body, status, False)
         raise AssertionError("unreachable")
 
@@ -184,10 +201,14 @@ class PoliteClient:
         """When this fetch must be done, and the message for running past it."""
         page = time.monotonic() + self.settings.page_deadline_s
         if self.run_deadline is not None and self.run_deadline < page:
-            return self.run_deadline, (f"the scrape ran past its {self.settings.run_deadline_s:g} s "
-                                       "deadline (client run_deadline_s)")
-        return page, (f"no complete answer within the {self.settings.page_deadline_s:g} s page "
-                      "deadline (client page_deadline_s)")
+            return self.run_deadline, (
+                f"the scrape ran past its {self.settings.run_deadline_s:g} s "
+                "deadline (client run_deadline_s)"
+            )
+        return page, (
+            f"no complete answer within the {self.settings.page_deadline_s:g} s page "
+            "deadline (client page_deadline_s)"
+        )
 
     def _cut(self) -> None:
         """Called by the watchdog: shut the open sockets down, which ends a blocked read."""
@@ -208,8 +229,9 @@ class PoliteClient:
             self.request_count += 1
             timeout = (self.settings.connect_timeout_s, self.settings.read_timeout_s)
             try:
-                resp = self.session.get(current, headers=headers, timeout=timeout,
-                                        allow_redirects=False, stream=True)
+                resp = self.session.get(
+                    current, headers=headers, timeout=timeout, allow_redirects=False, stream=True
+                )
             except (requests.Timeout, requests.ConnectionError) as exc:
                 raise _Transient(_short(exc)) from None
             except requests.RequestException as exc:
@@ -219,7 +241,9 @@ class PoliteClient:
                     location = resp.headers.get("Location", "")
                     current = urljoin(current, location)
                     if urlsplit(current).netloc.lower() not in self.allowed_hosts:
-                        raise FetchError(f"{url}: redirect to {current} refused (host not in allowlist)")
+                        raise FetchError(
+                            f"{url}: redirect to {current} refused (host not in allowlist)"
+                        )
                     continue
                 if resp.status_code >= 500:
                     raise _Transient(f"HTTP {resp.status_code}")
@@ -262,7 +286,7 @@ class _Watchdog:
             self.fired = True
         self._cut()
 
-    def __enter__(self) -> "_Watchdog":
+    def __enter__(self) -> _Watchdog:
         self._timer.start()
         return self
 
@@ -324,8 +348,12 @@ def _read_body(resp: requests.Response) -> bytes:
             if size > MAX_BODY_BYTES:
                 raise FetchError(f"{resp.url}: body larger than {MAX_BODY_BYTES} bytes")
             chunks.append(chunk)
-    except (requests.exceptions.ChunkedEncodingError, requests.exceptions.ContentDecodingError,
-            requests.ConnectionError, requests.Timeout) as exc:
+    except (
+        requests.exceptions.ChunkedEncodingError,
+        requests.exceptions.ContentDecodingError,
+        requests.ConnectionError,
+        requests.Timeout,
+    ) as exc:
         raise _Transient(f"broken body: {_short(exc)}") from None
     body = b"".join(chunks)
     expected = resp.headers.get("Content-Length")

@@ -8,33 +8,93 @@ qualified name followed by a fenced signature.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 import yaml
 from bs4 import BeautifulSoup, Comment, NavigableString, Tag
 
 # Page furniture that can sit inside the article on some theme versions; dropped before
 # conversion so none of it reaches the text.
-FURNITURE = ", ".join([
-    "script", "style", "noscript", "template", "nav", "footer", "form", "button", "input",
-    "meta", "link", "img", "svg", "iframe",
-    "a.headerlink", "span.viewcode-link", "div.searchbox", "#searchbox",
-    ".rating", ".feedback", ".bd-breadcrumbs", ".pytorch-breadcrumbs", ".breadcrumb",
-    ".prev-next-area", ".prev-next-footer", ".rst-footer-buttons", ".pytorch-call-to-action-links",
-    ".sphx-glr-download-link-note", ".sphx-glr-footer", ".sphx-glr-signature",
-    ".sphx-glr-timing", ".sphx-glr-script-out-caption",
-])
+FURNITURE = ", ".join(
+    [
+        "script",
+        "style",
+        "noscript",
+        "template",
+        "nav",
+        "footer",
+        "form",
+        "button",
+        "input",
+        "meta",
+        "link",
+        "img",
+        "svg",
+        "iframe",
+        "a.headerlink",
+        "span.viewcode-link",
+        "div.searchbox",
+        "#searchbox",
+        ".rating",
+        ".feedback",
+        ".bd-breadcrumbs",
+        ".pytorch-breadcrumbs",
+        ".breadcrumb",
+        ".prev-next-area",
+        ".prev-next-footer",
+        ".rst-footer-buttons",
+        ".pytorch-call-to-action-links",
+        ".sphx-glr-download-link-note",
+        ".sphx-glr-footer",
+        ".sphx-glr-signature",
+        ".sphx-glr-timing",
+        ".sphx-glr-script-out-caption",
+    ]
+)
 BLOCK_TAGS = {
-    "p", "div", "section", "article", "aside", "dl", "dt", "dd", "ul", "ol", "li", "table",
-    "pre", "blockquote", "figure", "figcaption", "h1", "h2", "h3", "h4", "h5", "h6", "hr",
-    "details", "summary", "header", "main", "center",
+    "p",
+    "div",
+    "section",
+    "article",
+    "aside",
+    "dl",
+    "dt",
+    "dd",
+    "ul",
+    "ol",
+    "li",
+    "table",
+    "pre",
+    "blockquote",
+    "figure",
+    "figcaption",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "hr",
+    "details",
+    "summary",
+    "header",
+    "main",
+    "center",
 }
 HEADINGS = {"h1": 1, "h2": 2, "h3": 3, "h4": 4, "h5": 5, "h6": 6}
 DATE_LINE_PREFIXES = ("Created On:", "Last Updated On:", "Last Updated:", "Created On :")
 # Sphinx "default" highlighting is Python (with or without >>> prompts).
-LANG_ALIASES = {"default": "python", "python3": "python", "py": "python", "none": "text",
-                "ipython3": "python", "ipython": "python", "sh": "shell", "console": "shell"}
+LANG_ALIASES = {
+    "default": "python",
+    "python3": "python",
+    "py": "python",
+    "none": "text",
+    "ipython3": "python",
+    "ipython": "python",
+    "sh": "shell",
+    "console": "shell",
+}
 TITLE_SUFFIX_WORD = "documentation"
 # Sphinx separates a field item's name and type from its text with an en dash.
 SEP_DASH = "\u2013"
@@ -62,7 +122,7 @@ class ConversionError(ValueError):
 class ConvertedPage:
     title: str
     markdown: str
-    objects: list[str] = field(default_factory=list)   # every object the page's headings carry
+    objects: list[str] = field(default_factory=list)  # every object the page's headings carry
 
 
 def find_article(soup: BeautifulSoup) -> Tag:
@@ -89,10 +149,16 @@ def page_title(soup: BeautifulSoup, article: Tag) -> str:
     return title
 
 
-def convert_page(html: bytes | str, *, page: str, url: str, torch_version: str,
-                 category: str | None = None,
-                 anchor_names: dict[str, list[str]] | None = None,
-                 api_names: set[str] | None = None) -> ConvertedPage:
+def convert_page(
+    html: bytes | str,
+    *,
+    page: str,
+    url: str,
+    torch_version: str,
+    category: str | None = None,
+    anchor_names: dict[str, list[str]] | None = None,
+    api_names: set[str] | None = None,
+) -> ConvertedPage:
     """Convert one HTML page.
 
     `anchor_names` maps an element id to the inventory names whose URL points at it, so
@@ -102,8 +168,10 @@ def convert_page(html: bytes | str, *, page: str, url: str, torch_version: str,
     """
     soup = BeautifulSoup(html, "lxml")
     if _depth(soup) > MAX_DEPTH:
-        raise ConversionError(f"HTML nests more than {MAX_DEPTH} elements deep (docs pages nest "
-                              "under 30); refusing it")
+        raise ConversionError(
+            f"HTML nests more than {MAX_DEPTH} elements deep (docs pages nest "
+            "under 30); refusing it"
+        )
     try:
         article = find_article(soup)
         title = strip_controls(page_title(soup, article))
@@ -119,8 +187,13 @@ def convert_page(html: bytes | str, *, page: str, url: str, torch_version: str,
         raise ConversionError("page has no title")
     if not body.strip():
         raise ConversionError("main article is empty")
-    front = {"title": title, "url": url, "source": "web", "torch_version": str(torch_version),
-             "page": page}
+    front = {
+        "title": title,
+        "url": url,
+        "source": "web",
+        "torch_version": str(torch_version),
+        "page": page,
+    }
     if category:
         front["category"] = category
     fm = yaml.safe_dump(front, sort_keys=False, allow_unicode=True, width=10_000)
@@ -191,8 +264,12 @@ def _code_span(text: str) -> str:
 
 
 class _Converter:
-    def __init__(self, article: Tag, anchor_names: dict[str, list[str]] | None,
-                 api_names: set[str] | None = None):
+    def __init__(
+        self,
+        article: Tag,
+        anchor_names: dict[str, list[str]] | None,
+        api_names: set[str] | None = None,
+    ):
         self.anchor_names = anchor_names
         self.module_sections: dict[int, list[str]] = {}
         self.owned = self._collect_objects(article)
@@ -213,7 +290,7 @@ class _Converter:
             if el.name == "dt" and "sig" in _classes(el) and ident not in names:
                 names.insert(0, ident)
             if ident.startswith("module-") and not names:
-                names = [ident[len("module-"):]]
+                names = [ident[len("module-") :]]
             if not names:
                 continue
             owner = self._owner(el)
@@ -248,7 +325,11 @@ class _Converter:
             elif el.find_parent("pre") is None and el.find_parent("a") is None:
                 text = el.get_text().strip().removesuffix("()")
                 last = text.rsplit(".", 1)[-1]
-                identifier = "_" in last or any(c.isupper() for c in last[1:]) or (last.istitle() and len(last) > 3)
+                identifier = (
+                    "_" in last
+                    or any(c.isupper() for c in last[1:])
+                    or (last.istitle() and len(last) > 3)
+                )
                 if text in api_names:
                     name = text
                 elif identifier and len(short.get(last, ())) == 1:
@@ -345,7 +426,12 @@ class _Converter:
             return _fence(pre.get_text().rstrip("\n"), "text") if pre else ""
         if name == "div" and ("admonition" in cls or "topic" in cls):
             return self.admonition(tag, level)
-        if name == "div" and {"deprecated", "versionchanged", "versionadded", "versionremoved"} & set(cls):
+        if name == "div" and {
+            "deprecated",
+            "versionchanged",
+            "versionadded",
+            "versionremoved",
+        } & set(cls):
             return _quote(self.render_children(tag, level))
         if name in ("ul", "ol"):
             return self.list_block(tag, level)
@@ -417,7 +503,9 @@ class _Converter:
         return sig.replace("( ", "(").replace(" )", ")").replace(" ,", ",")
 
     def code_block(self, div: Tag) -> str:
-        lang = next((c[len("highlight-"):] for c in _classes(div) if c.startswith("highlight-")), "text")
+        lang = next(
+            (c[len("highlight-") :] for c in _classes(div) if c.startswith("highlight-")), "text"
+        )
         lang = LANG_ALIASES.get(lang, lang)
         pre = div.find("pre")
         if pre is None:
@@ -485,14 +573,19 @@ class _Converter:
     def field(self, name: str, dd: Tag) -> str:
         lower = name.lower()
         if lower in ("return type", "rtype", "type"):
-            return f"**{name}:** {_code_span(dd.get_text(' ').replace(' [', '[').replace('[ ', '['))}"
+            return (
+                f"**{name}:** {_code_span(dd.get_text(' ').replace(' [', '[').replace('[ ', '['))}"
+            )
         ul = dd.find("ul", recursive=False)
         if ul is not None:
             items = [self.field_item(li) for li in ul.find_all("li", recursive=False)]
             return f"**{name}:**\n\n" + "\n".join(_indent(i, "  ", "- ") for i in items if i)
         paras = [c for c in dd.children if isinstance(c, Tag)]
-        if lower in ("parameters", "keyword arguments", "raises", "variables", "other parameters") \
-                and len(paras) == 1 and paras[0].name == "p":
+        if (
+            lower in ("parameters", "keyword arguments", "raises", "variables", "other parameters")
+            and len(paras) == 1
+            and paras[0].name == "p"
+        ):
             item = self.field_item(dd)
             return f"**{name}:**\n\n" + _indent(item, "  ", "- ")
         body = self.render_children(dd, 0)
@@ -521,7 +614,7 @@ class _Converter:
             text = _squash("".join(self.inline(n) for n in children))
         else:
             pname = _squash(first_tag.get_text())
-            after = children[children.index(first_tag) + 1:]
+            after = children[children.index(first_tag) + 1 :]
             type_parts, desc_nodes, found = [], [], False
             for node in after:
                 if found:
@@ -603,8 +696,12 @@ class _Converter:
         if not isinstance(node, Tag):
             return ""
         name, cls = node.name, _classes(node)
-        if name == "code" or (name == "span" and "pre" in cls and node.parent is not None
-                                 and node.parent.name != "code"):
+        if name == "code" or (
+            name == "span"
+            and "pre" in cls
+            and node.parent is not None
+            and node.parent.name != "code"
+        ):
             return _code_span(node.get_text())
         if name == "a":
             text = _squash(self.inline_children(node))

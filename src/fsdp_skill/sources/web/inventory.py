@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import sphobjinv as soi
 
-from .html_to_md import strip_controls
+from fsdp_skill.sources.web.html_to_md import strip_controls
 
 # The docs' objects.inv inflates to a few MiB. A zlib stream can inflate 1000-fold, and
 # sphobjinv holds about 1 KiB per object, so both the inflated bytes and the object lines are
@@ -25,10 +25,10 @@ class InventoryError(ValueError):
 @dataclass(frozen=True)
 class InvObject:
     name: str
-    role: str        # class, function, method, module, ...
-    page: str        # page key relative to the inventory base, without .html
-    anchor: str      # URL fragment ("" when the object is the page itself)
-    url: str         # public URL
+    role: str  # class, function, method, module, ...
+    page: str  # page key relative to the inventory base, without .html
+    anchor: str  # URL fragment ("" when the object is the page itself)
+    url: str  # public URL
 
 
 @dataclass
@@ -67,8 +67,9 @@ def parse_inventory(data: bytes, public_base: str, *, page_prefix: str = "") -> 
     # sphobjinv skips lines it cannot parse; a torn or garbled file must not lose objects quietly.
     lines = sum(1 for ln in plaintext.split(b"\n")[_HEADER_LINES:] if ln.strip())
     if inv.count != lines:
-        raise InventoryError(f"objects.inv is inconsistent: {lines - inv.count} of {lines} "
-                             "object lines do not parse")
+        raise InventoryError(
+            f"objects.inv is inconsistent: {lines - inv.count} of {lines} object lines do not parse"
+        )
     objects = []
     for obj in inv.objects:
         if obj.domain != "py":
@@ -78,13 +79,18 @@ def parse_inventory(data: bytes, public_base: str, *, page_prefix: str = "") -> 
         uri = strip_controls(obj.uri)
         uri = uri.replace("$", name) if uri.endswith("$") else uri
         path, _, anchor = uri.partition("#")
-        objects.append(InvObject(
-            name=name, role=obj.role,
-            page=page_prefix + path.removesuffix(".html"),
-            anchor=anchor, url=public_base + uri,
-        ))
-    return Inventory(project=strip_controls(inv.project), version=strip_controls(inv.version),
-                     objects=objects)
+        objects.append(
+            InvObject(
+                name=name,
+                role=obj.role,
+                page=page_prefix + path.removesuffix(".html"),
+                anchor=anchor,
+                url=public_base + uri,
+            )
+        )
+    return Inventory(
+        project=strip_controls(inv.project), version=strip_controls(inv.version), objects=objects
+    )
 
 
 def _inflate(data: bytes) -> bytes:
@@ -105,8 +111,10 @@ def _inflate(data: bytes) -> bytes:
     except zlib.error as exc:
         raise InventoryError(f"objects.inv body is not valid zlib data ({exc})") from None
     if inflater.unconsumed_tail:
-        raise InventoryError(f"objects.inv inflates to more than {MAX_INFLATED_BYTES // (1024 * 1024)} MiB; "
-                             "refusing it")
+        raise InventoryError(
+            f"objects.inv inflates to more than {MAX_INFLATED_BYTES // (1024 * 1024)} MiB; "
+            "refusing it"
+        )
     if not inflater.eof:
         raise InventoryError("objects.inv is truncated (its zlib stream does not end)")
     if inflater.unused_data.strip():

@@ -13,8 +13,10 @@ LIST_LIMIT = 15
 def read_tree(web_dir: Path) -> dict[str, str]:
     if not web_dir.is_dir():
         return {}
-    return {p.relative_to(web_dir).as_posix(): p.read_text(encoding="utf-8")
-            for p in sorted(web_dir.rglob("*.md"))}
+    return {
+        p.relative_to(web_dir).as_posix(): p.read_text(encoding="utf-8")
+        for p in sorted(web_dir.rglob("*.md"))
+    }
 
 
 def page_objects(markdown: str) -> dict[str, str]:
@@ -39,8 +41,13 @@ def page_objects(markdown: str) -> dict[str, str]:
             close()
             names, body = [], []
             continue
-        if in_fence is None and stripped.startswith(OBJECTS_PREFIX) and stripped.endswith("-->") and not body:
-            inner = stripped[len(OBJECTS_PREFIX):-3]
+        if (
+            in_fence is None
+            and stripped.startswith(OBJECTS_PREFIX)
+            and stripped.endswith("-->")
+            and not body
+        ):
+            inner = stripped[len(OBJECTS_PREFIX) : -3]
             names = [n.strip() for n in inner.split(",") if n.strip()]
             continue
         body.append(line)
@@ -64,7 +71,7 @@ class ChangeReport:
     objects_total: int = 0
 
     @classmethod
-    def empty(cls, pages_total: int, tree: dict[str, str]) -> "ChangeReport":
+    def empty(cls, pages_total: int, tree: dict[str, str]) -> ChangeReport:
         objs = set()
         for text in tree.values():
             objs.update(page_objects(text))
@@ -75,17 +82,22 @@ class ChangeReport:
         return bool(self.pages_added or self.pages_removed or self.pages_changed)
 
     def summary(self) -> str:
-        return (f"pages +{len(self.pages_added)} -{len(self.pages_removed)} ~{len(self.pages_changed)}"
-                f" ({self.pages_total} total); API objects +{len(self.objects_added)}"
-                f" -{len(self.objects_removed)} ~{len(self.objects_changed)} ({self.objects_total} total)")
+        return (
+            f"pages +{len(self.pages_added)} -{len(self.pages_removed)} ~{len(self.pages_changed)}"
+            f" ({self.pages_total} total); API objects +{len(self.objects_added)}"
+            f" -{len(self.objects_removed)} ~{len(self.objects_changed)} ({self.objects_total} total)"
+        )
 
     def render(self) -> str:
         lines = ["change report: " + self.summary()]
-        for label, items in (("pages added", self.pages_added), ("pages removed", self.pages_removed),
-                             ("pages changed", self.pages_changed),
-                             ("objects added", self.objects_added),
-                             ("objects removed", self.objects_removed),
-                             ("objects changed", self.objects_changed)):
+        for label, items in (
+            ("pages added", self.pages_added),
+            ("pages removed", self.pages_removed),
+            ("pages changed", self.pages_changed),
+            ("objects added", self.objects_added),
+            ("objects removed", self.objects_removed),
+            ("objects changed", self.objects_changed),
+        ):
             if items:
                 more = f" ... (+{len(items) - LIST_LIMIT})" if len(items) > LIST_LIMIT else ""
                 lines.append(f"  {label}: " + ", ".join(items[:LIST_LIMIT]) + more)
@@ -108,7 +120,9 @@ def diff_trees(old: dict[str, str], new: dict[str, str]) -> ChangeReport:
         pages_changed=sorted(_page_key(p) for p in set(old) & set(new) if old[p] != new[p]),
         objects_added=sorted(set(new_objs) - set(old_objs)),
         objects_removed=sorted(set(old_objs) - set(new_objs)),
-        objects_changed=sorted(n for n in set(old_objs) & set(new_objs) if old_objs[n] != new_objs[n]),
+        objects_changed=sorted(
+            n for n in set(old_objs) & set(new_objs) if old_objs[n] != new_objs[n]
+        ),
         pages_total=len(new),
         objects_total=len(new_objs),
     )

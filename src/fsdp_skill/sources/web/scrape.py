@@ -11,18 +11,18 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from filelock import FileLock, Timeout
 
-from ... import fsswap
-from .config import ScrapeConfig
-from .fetch import FetchError, PoliteClient, RawCache
-from .html_to_md import ConversionError, ConvertedPage, convert_page
-from .inventory import Inventory, InventoryError, parse_inventory
-from .report import ChangeReport, diff_trees, read_tree
+from fsdp_skill import atomic
+from fsdp_skill.sources.web.config import ScrapeConfig
+from fsdp_skill.sources.web.fetch import FetchError, PoliteClient, RawCache
+from fsdp_skill.sources.web.html_to_md import ConversionError, ConvertedPage, convert_page
+from fsdp_skill.sources.web.inventory import Inventory, InventoryError, parse_inventory
+from fsdp_skill.sources.web.report import ChangeReport, diff_trees, read_tree
 
 REPORT_FILE = ".scrape-report.json"
 _UNSET = object()
@@ -45,7 +45,9 @@ class ScrapeResult:
     not_modified: int
     changed: bool
     report: ChangeReport
-    uncovered: dict[str, list[str]] = field(default_factory=dict)  # page -> objects no chunk carries
+    uncovered: dict[str, list[str]] = field(
+        default_factory=dict
+    )  # page -> objects no chunk carries
     index_built: bool = False
     seconds: float = 0.0
 
@@ -66,10 +68,17 @@ def default_chunker() -> Callable | None:
     return chunk_page
 
 
-def scrape(cfg: ScrapeConfig, refs_root: Path, *, cache_dir: Path | None = None,
-           index_dir: Path | None = None, index_builder=_UNSET, chunker=_UNSET,
-           client: PoliteClient | None = None,
-           log: Callable[[str], None] | None = None) -> ScrapeResult:
+def scrape(
+    cfg: ScrapeConfig,
+    refs_root: Path,
+    *,
+    cache_dir: Path | None = None,
+    index_dir: Path | None = None,
+    index_builder=_UNSET,
+    chunker=_UNSET,
+    client: PoliteClient | None = None,
+    log: Callable[[str], None] | None = None,
+) -> ScrapeResult:
     """Scrape every configured page and refresh refs_root/web and the index.
 
     Nothing under refs_root changes unless every page was fetched, converted and indexed;
@@ -105,20 +114,41 @@ def scrape(cfg: ScrapeConfig, refs_root: Path, *, cache_dir: Path | None = None,
         pages, not_modified = _fetch_and_convert(cfg, client, log, deadline)
         uncovered = _check_coverage(pages, chunk)
         for page, names in uncovered.items():
-            log(f"warning: {page}: {len(names)} objects.inv object(s) no chunk carries: "
-                + ", ".join(names[:8]) + (" ..." if len(names) > 8 else ""))
-        new_files = {page + ".md": conv.markdown.encode("utf-8") for page, (_, conv) in pages.items()}
+            log(
+                f"warning: {page}: {len(names)} objects.inv object(s) no chunk carries: "
+                + ", ".join(names[:8])
+                + (" ..." if len(names) > 8 else "")
+            )
+        new_files = {
+            page + ".md": conv.markdown.encode("utf-8") for page, (_, conv) in pages.items()
+        }
         old_tree = read_tree(web_dir)
         index_ok = builder is None or index_dir.is_dir()
         if index_ok and _same_pages(web_dir, new_files):
             report = ChangeReport.empty(len(new_files), old_tree)
             log(f"scrape: no change in {len(new_files)} pages; nothing rewritten")
-            return ScrapeResult(len(pages), client.request_count, not_modified, False, report,
-                                uncovered, False, time.monotonic() - started)
+            return ScrapeResult(
+                len(pages),
+                client.request_count,
+                not_modified,
+                False,
+                report,
+                uncovered,
+                False,
+                time.monotonic() - started,
+            )
         report = diff_trees(old_tree, {k: v.decode("utf-8") for k, v in new_files.items()})
         built = _refresh(refs_root, web_dir, index_dir, new_files, report, builder, chunk, log)
-        return ScrapeResult(len(pages), client.request_count, not_modified, True, report,
-                            uncovered, built, time.monotonic() - started)
+        return ScrapeResult(
+            len(pages),
+            client.request_count,
+            not_modified,
+            True,
+            report,
+            uncovered,
+            built,
+            time.monotonic() - started,
+        )
     finally:
         if own_client:
             client.close()
@@ -126,6 +156,7 @@ def scrape(cfg: ScrapeConfig, refs_root: Path, *, cache_dir: Path | None = None,
 
 
 # ---- fetching + conversion -------------------------------------------------------------------
+
 
 def _load_inventory(cfg: ScrapeConfig, client: PoliteClient, tutorial: bool) -> Inventory:
     fetch_url, public_base = cfg.inventory_urls(tutorial)
@@ -142,8 +173,11 @@ def _recover(refs_root: Path, web_dir: Path, index_dir: Path, log) -> None:
     Stage folders go. Where the OS has no atomic folder swap, a kill between its two renames
     leaves web/ missing and the previous tree in the stage folder: that tree is put back first.
     """
-    stages = [p for p in refs_root.iterdir()
-              if _STAGE_RE.match(p.name) and p.is_dir() and not p.is_symlink()]
+    stages = [
+        p
+        for p in refs_root.iterdir()
+        if _STAGE_RE.match(p.name) and p.is_dir() and not p.is_symlink()
+    ]
     stages.sort(key=lambda p: p.stat().st_mtime, reverse=True)
     for stage in stages:
         for name in ("old-web", "old-0"):  # old-0: the name earlier versions used
@@ -151,7 +185,7 @@ def _recover(refs_root: Path, web_dir: Path, index_dir: Path, log) -> None:
             if not os.path.lexists(web_dir) and old.is_dir() and not old.is_symlink():
                 os.rename(old, web_dir)
                 log(f"scrape: put back {web_dir}, which an interrupted scrape had moved aside")
-        fsswap.rmtree(stage)
+        atomic.rmtree(stage)
     if not index_dir.is_dir():
         return
     for side in index_dir.iterdir():
@@ -190,20 +224,34 @@ def _fetch_and_convert(cfg: ScrapeConfig, client: PoliteClient, log, deadline: f
         except FetchError as exc:
             raise ScrapeError(f"page {spec.page}: {exc}") from None
         not_modified += res.status == 304
-        log(f"[{i}/{total}] {spec.page}: "
-            + ("304 unchanged" if res.status == 304 else f"{res.status} {len(res.body) // 1024} KiB"))
+        log(
+            f"[{i}/{total}] {spec.page}: "
+            + (
+                "304 unchanged"
+                if res.status == 304
+                else f"{res.status} {len(res.body) // 1024} KiB"
+            )
+        )
         inv = inventories[spec.is_tutorial]
         inv_names = [o.name for o in inv.by_page().get(spec.page, [])]
         try:
-            conv = convert_page(res.body, page=spec.page, url=cfg.public_url(spec),
-                                torch_version=torch_version, category=spec.category,
-                                anchor_names=inv.names_by_anchor(spec.page), api_names=api_names)
+            conv = convert_page(
+                res.body,
+                page=spec.page,
+                url=cfg.public_url(spec),
+                torch_version=torch_version,
+                category=spec.category,
+                anchor_names=inv.names_by_anchor(spec.page),
+                api_names=api_names,
+            )
         except ConversionError as exc:
             raise ScrapeError(f"page {spec.page} ({url}): {exc}") from None
         pages[spec.page] = (inv_names, conv)
         if deadline is not None and time.monotonic() > deadline and i < total:
-            raise ScrapeError(f"the scrape ran past its {cfg.client.run_deadline_s:g} s deadline "
-                              f"(client run_deadline_s) after {i} of {total} pages")
+            raise ScrapeError(
+                f"the scrape ran past its {cfg.client.run_deadline_s:g} s deadline "
+                f"(client run_deadline_s) after {i} of {total} pages"
+            )
     return pages, not_modified
 
 
@@ -240,8 +288,17 @@ def _same_pages(web_dir: Path, new_files: dict[str, bytes]) -> bool:
 
 # ---- atomic refresh --------------------------------------------------------------------------
 
-def _refresh(refs_root: Path, web_dir: Path, index_dir: Path, new_files: dict[str, bytes],
-             report: ChangeReport, builder, chunk, log) -> bool:
+
+def _refresh(
+    refs_root: Path,
+    web_dir: Path,
+    index_dir: Path,
+    new_files: dict[str, bytes],
+    report: ChangeReport,
+    builder,
+    chunk,
+    log,
+) -> bool:
     stage = Path(tempfile.mkdtemp(prefix=_STAGE_PREFIX, dir=refs_root))
     try:
         new_web = stage / "web"
@@ -266,7 +323,11 @@ def _refresh(refs_root: Path, web_dir: Path, index_dir: Path, new_files: dict[st
                 manifest = builder(refs_root, new_index, web_dir=new_web)
             except Exception as exc:
                 raise ScrapeError(f"index build failed: {type(exc).__name__}: {exc}") from None
-            if not isinstance(manifest, dict) or not new_index.is_dir() or not any(new_index.iterdir()):
+            if (
+                not isinstance(manifest, dict)
+                or not new_index.is_dir()
+                or not any(new_index.iterdir())
+            ):
                 raise ScrapeError("index build produced no index")
         else:
             log("warning: no index builder available (fsdp_skill.build); index not rebuilt")
@@ -274,10 +335,12 @@ def _refresh(refs_root: Path, web_dir: Path, index_dir: Path, new_files: dict[st
         log("scrape: " + report.summary())
         return new_index is not None
     finally:
-        fsswap.rmtree(stage)
+        atomic.rmtree(stage)
 
 
-def _swap(stage: Path, new_web: Path, web_dir: Path, new_index: Path | None, index_dir: Path) -> None:
+def _swap(
+    stage: Path, new_web: Path, web_dir: Path, new_index: Path | None, index_dir: Path
+) -> None:
     """Put the new web tree and index in place; on any failure put the old ones back.
 
     web/ is ours, so it is swapped whole, in one atomic step where the OS can. The index folder
@@ -285,7 +348,7 @@ def _swap(stage: Path, new_web: Path, web_dir: Path, new_index: Path | None, ind
     moved into it, one atomic rename each; nothing else in it is touched.
     """
     try:
-        previous = fsswap.swap_in(new_web, web_dir, stage / "old-web")
+        previous = atomic.swap_in(new_web, web_dir, stage / "old-web")
     except OSError as exc:
         raise ScrapeError(f"could not swap in the new references: {exc}") from None
     try:
@@ -293,7 +356,7 @@ def _swap(stage: Path, new_web: Path, web_dir: Path, new_index: Path | None, ind
             _install_files(new_index, index_dir)
     except BaseException as exc:
         try:
-            fsswap.swap_back(web_dir, previous)
+            atomic.swap_back(web_dir, previous)
         except OSError:
             pass
         if isinstance(exc, OSError):
@@ -308,7 +371,7 @@ def _side_name(live: Path, kind: str) -> Path:
 def _install_files(src_dir: Path, dest_dir: Path) -> None:
     """Move every file under src_dir to the same place under dest_dir, all or none."""
     dest_dir.mkdir(parents=True, exist_ok=True)
-    done: list[tuple[Path, Path | None]] = []   # (live file, its previous content's copy)
+    done: list[tuple[Path, Path | None]] = []  # (live file, its previous content's copy)
     try:
         for src in sorted(p for p in src_dir.rglob("*") if p.is_file()):
             live = dest_dir / src.relative_to(src_dir)

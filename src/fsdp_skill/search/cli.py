@@ -21,15 +21,23 @@ def _argparser(prog):
     p = argparse.ArgumentParser(
         prog=prog,
         description="Search the PyTorch distributed/FSDP references; prints the best chunks with "
-                    "their versioned docs.pytorch.org URLs. Builds the index on first use.")
+        "their versioned docs.pytorch.org URLs. Builds the index on first use.",
+    )
     p.add_argument("query", nargs="+", help="the question or keywords")
     p.add_argument("--k", type=int, default=DEFAULTS["k"], help="results per page (default 5)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of markdown")
-    p.add_argument("--max-chars", type=int, default=DEFAULTS["max_chars"],
-                   help="cap on the markdown output's length (default 6000)")
+    p.add_argument(
+        "--max-chars",
+        type=int,
+        default=DEFAULTS["max_chars"],
+        help="cap on the markdown output's length (default 6000)",
+    )
     p.add_argument("--page", type=int, default=DEFAULTS["page"], help="result page, 1-based")
-    p.add_argument("--source", choices=SOURCES,
-                   help="search one source only (default: all, web pages replacing the docstring pages they mirror)")
+    p.add_argument(
+        "--source",
+        choices=SOURCES,
+        help="search one source only (default: all, web pages replacing the docstring pages they mirror)",
+    )
     return p
 
 
@@ -41,7 +49,7 @@ def parse(argv):
     while i < len(argv):
         arg = argv[i]
         if arg == "--":
-            words.extend(argv[i + 1:])
+            words.extend(argv[i + 1 :])
             break
         if arg == "--json":
             opts["json"] = True
@@ -108,8 +116,8 @@ def to_json(value):
 
 
 MAX_API_NAMES = 4
-FIRST_HIT_CHARS = 2400   # the best hit may take this much text even when others must shrink
-MIN_HIT_CHARS = 500      # below this a hit's text answers nothing; it is left out instead
+FIRST_HIT_CHARS = 2400  # the best hit may take this much text even when others must shrink
+MIN_HIT_CHARS = 500  # below this a hit's text answers nothing; it is left out instead
 GAP = "\n\n[...]\n\n"
 
 
@@ -137,9 +145,9 @@ def _truncate(text, room):
     room = max(room, 0)
     cut = text[:room].rsplit("\n", 1)[0]
     if len(cut) < room // 2:
-        line_cut = text[:room - 8]
+        line_cut = text[: room - 8]
         comma = line_cut.rfind(", ")
-        cut = (line_cut[:comma + 1] if comma > room // 2 else line_cut) + " ..."
+        cut = (line_cut[: comma + 1] if comma > room // 2 else line_cut) + " ..."
     if cut.count("```") % 2:
         cut += "\n```"
     return cut
@@ -167,14 +175,16 @@ def excerpt(text, terms, room):
     query terms, in their original order, with `[...]` where blocks were left out."""
     if len(text) <= room:
         return text
-    from .tokenize import tokenize
+    from fsdp_skill.index.tokenization import tokenize
 
     paras = _paragraphs(text)
     keep = {0}
     used = len(paras[0])
     if used > room:
         return _truncate(paras[0], room - 20) + "\n[...]"
-    scored = sorted(range(1, len(paras)), key=lambda i: (-len(terms.intersection(tokenize(paras[i]))), i))
+    scored = sorted(
+        range(1, len(paras)), key=lambda i: (-len(terms.intersection(tokenize(paras[i]))), i)
+    )
     for i in scored:
         cost = len(paras[i]) + len(GAP)
         if used + cost <= room:
@@ -215,8 +225,10 @@ def _text_caps(lengths, budget, weights=None):
 
 
 def _cut_note(left, max_chars):
-    return (f"({left} more result{'s' * (left > 1)} cut by --max-chars {max_chars}; "
-            "raise it, or use --page/--k)\n")
+    return (
+        f"({left} more result{'s' * (left > 1)} cut by --max-chars {max_chars}; "
+        "raise it, or use --page/--k)\n"
+    )
 
 
 def render_markdown(query, results, max_chars, page):
@@ -227,8 +239,11 @@ def render_markdown(query, results, max_chars, page):
     would get too little text to answer anything are dropped with a note.
     """
     if not results:
-        return _bounded(f"No results for {query!r}" + (f" on page {page}" if page > 1 else "") + ".\n", max_chars)
-    from .tokenize import tokenize
+        return _bounded(
+            f"No results for {query!r}" + (f" on page {page}" if page > 1 else "") + ".\n",
+            max_chars,
+        )
+    from fsdp_skill.index.tokenization import tokenize
 
     terms = set(tokenize(query))
     blocks = [_block(r) for r in results]
@@ -240,7 +255,9 @@ def render_markdown(query, results, max_chars, page):
         heads = sum(len(h) + 4 for h, _ in blocks[:shown])
         budget = max_chars - heads - note - 1
         caps = _text_caps([len(t) for _, t in blocks[:shown]], budget, weights[:shown])
-        if shown == 1 or min(caps[1:], default=MIN_HIT_CHARS) >= min(MIN_HIT_CHARS, *(len(t) for _, t in blocks[1:shown])):
+        if shown == 1 or min(caps[1:], default=MIN_HIT_CHARS) >= min(
+            MIN_HIT_CHARS, *(len(t) for _, t in blocks[1:shown])
+        ):
             break
         shown -= 1
     texts = [excerpt(t, terms, max(c, 0)) for (_, t), c in zip(blocks[:shown], caps)]
@@ -279,7 +296,7 @@ def _bounded(text, max_chars):
 
 def default_output(index, query, source=None):
     """Exactly what `search.py QUERY` prints with the default options (used by eval --answers)."""
-    from .search import condense_query, search
+    from fsdp_skill.search.engine import condense_query, search
 
     query = condense_query(query)
     results = search(index, query, k=DEFAULTS["k"], page=1, source=source)
@@ -288,7 +305,7 @@ def default_output(index, query, source=None):
 
 def run(argv, prog="search"):
     try:
-        options = argv[:argv.index("--")] if "--" in argv else argv
+        options = argv[: argv.index("--")] if "--" in argv else argv
         if any(a in ("-h", "--help") for a in options):
             _argparser(prog).print_help()
             return 0
@@ -296,7 +313,7 @@ def run(argv, prog="search"):
     except UsageError as exc:
         print(f"{prog}: error: {exc} (see --help)", file=sys.stderr)
         return 2
-    from .search import MAX_QUERY_CHARS, SearchError, condense_query, run_query
+    from fsdp_skill.search.engine import MAX_QUERY_CHARS, SearchError, condense_query, run_query
 
     # Undecodable bytes in argv arrive as lone surrogates, which cannot be encoded again.
     query = opts["query"].encode("utf-8", "replace").decode("utf-8").strip()
@@ -306,7 +323,10 @@ def run(argv, prog="search"):
     # A pasted traceback shrinks to its error lines; anything else too long keeps its head.
     condensed = condense_query(query)
     if len(query) > MAX_QUERY_CHARS and query.startswith(condensed):
-        print(f"{prog}: note: query truncated from {len(query)} to {MAX_QUERY_CHARS} characters", file=sys.stderr)
+        print(
+            f"{prog}: note: query truncated from {len(query)} to {MAX_QUERY_CHARS} characters",
+            file=sys.stderr,
+        )
     query = condensed
 
     try:
@@ -315,13 +335,36 @@ def run(argv, prog="search"):
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:
-        print(f"{prog}: error: {exc.strerror or exc}: {getattr(exc, 'filename', '') or ''}", file=sys.stderr)
+        print(
+            f"{prog}: error: {exc.strerror or exc}: {getattr(exc, 'filename', '') or ''}",
+            file=sys.stderr,
+        )
         return 1
     if opts["json"]:
-        payload = {"query": query, "torch_version": version, "results": [
-            {"rank": r["rank"], "score": r["score"], **{f: r[f] for f in
-             ("id", "title", "breadcrumbs", "url", "objects", "source", "path", "text")}}
-            for r in results]}
+        payload = {
+            "query": query,
+            "torch_version": version,
+            "results": [
+                {
+                    "rank": r["rank"],
+                    "score": r["score"],
+                    **{
+                        f: r[f]
+                        for f in (
+                            "id",
+                            "title",
+                            "breadcrumbs",
+                            "url",
+                            "objects",
+                            "source",
+                            "path",
+                            "text",
+                        )
+                    },
+                }
+                for r in results
+            ],
+        }
         return emit(to_json(payload) + "\n", prog)
     return emit(render_markdown(query, results, opts["max_chars"], opts["page"]), prog)
 

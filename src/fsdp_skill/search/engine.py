@@ -6,13 +6,13 @@ sqlite, json or re (each costs milliseconds against a ~10 ms interpreter start).
 
 import os
 
-from . import paths
-from .expand import expand
-from .index.store import Index, IndexError_
-from .tokenize import tokenize
+from fsdp_skill import paths
+from fsdp_skill.index.store import Index, IndexError_
+from fsdp_skill.index.tokenization import tokenize
+from fsdp_skill.search.expand import expand
 
 MAX_QUERY_CHARS = 2000
-PER_PAGE_CAP = 3           # at most this many hits from one page in a result page
+PER_PAGE_CAP = 3  # at most this many hits from one page in a result page
 
 
 class SearchError(Exception):
@@ -25,7 +25,7 @@ def open_fresh(root=None):
     A read-only skill whose shipped index is stale (torch was upgraded) is rebuilt in the user
     cache instead, as the README promises.
     """
-    from .freshness import open_if_fresh
+    from fsdp_skill.freshness import open_if_fresh
 
     index_file = paths.index_path(root)
     index, _ = open_if_fresh(index_file, paths.page_dirs(root), paths.installed_torch_version())
@@ -33,29 +33,37 @@ def open_fresh(root=None):
         return index
     if os.path.exists(index_file) and paths.use_cache_for(root):
         # An earlier search may already have built the cache's copy.
-        index, _ = open_if_fresh(paths.index_path(root), paths.page_dirs(root), paths.installed_torch_version())
+        index, _ = open_if_fresh(
+            paths.index_path(root), paths.page_dirs(root), paths.installed_torch_version()
+        )
         if index is not None:
             return index
     try:
         # Imported here: the build's dependencies may be missing where an index is only served.
-        from .build import BuildError, ensure_index
+        from fsdp_skill.build import BuildError, ensure_index
 
         index_file = ensure_index(root)
     except ImportError as exc:  # listed first: BuildError is unbound when the import failed
         # A plain copy of the skill (git clone, npx skills add) in a Python without the build
         # requirements: one line with the exact command that installs them.
-        from .skill.install import BUILD_MODULES, first_use_hint, missing_build_modules
+        from fsdp_skill.skill.install import BUILD_MODULES, first_use_hint, missing_build_modules
 
         need = BUILD_MODULES.get((exc.name or "").partition(".")[0])
         if need is None:
-            raise SearchError(f"building the index failed to import {exc.name}; the skill's copy is "
-                              "incomplete: install it again") from None
-        raise SearchError(first_use_hint(", ".join(missing_build_modules(with_torch=False)) or need)) from None
+            raise SearchError(
+                f"building the index failed to import {exc.name}; the skill's copy is "
+                "incomplete: install it again"
+            ) from None
+        raise SearchError(
+            first_use_hint(", ".join(missing_build_modules(with_torch=False)) or need)
+        ) from None
     except BuildError as exc:
         raise SearchError(str(exc)) from None
     except OSError as exc:
-        raise SearchError(f"cannot build the index: {exc.strerror or exc}: {exc.filename or ''} "
-                          "(set FSDP_SKILL_DATA_DIR to a writable folder)") from None
+        raise SearchError(
+            f"cannot build the index: {exc.strerror or exc}: {exc.filename or ''} "
+            "(set FSDP_SKILL_DATA_DIR to a writable folder)"
+        ) from None
     try:
         return Index(index_file)
     except IndexError_ as exc:
@@ -98,8 +106,9 @@ def condense_query(query, limit=MAX_QUERY_CHARS):
     most. A long query that is not a traceback keeps its head.
     """
     lines = query.splitlines()
-    is_trace = len(lines) > 2 and any(ln.lstrip().startswith(('File "', "Traceback (most recent call last)"))
-                                      for ln in lines)
+    is_trace = len(lines) > 2 and any(
+        ln.lstrip().startswith(('File "', "Traceback (most recent call last)")) for ln in lines
+    )
     if not is_trace:
         return query[:limit]
     kept, skip_source = [], False
@@ -134,8 +143,8 @@ def query_terms(query, use_expansion=True, tokenizer=tokenize):
     return terms
 
 
-QUOTED_TITLE_BOOST = 1.5   # a section whose title the query quotes (a pasted error line)
-QUOTED_TITLE_MIN = 24      # shorter titles ("DDP", "Join") occur in queries by chance
+QUOTED_TITLE_BOOST = 1.5  # a section whose title the query quotes (a pasted error line)
+QUOTED_TITLE_MIN = 24  # shorter titles ("DDP", "Join") occur in queries by chance
 QUOTED_CANDIDATES = 30
 
 
@@ -161,7 +170,9 @@ def _quoted_titles_first(index, query, ranked, docs):
     return head + ranked[QUOTED_CANDIDATES:]
 
 
-GUIDE_PULL = 0.5  # a guide hit moves ahead of a reference hit on its API if it scores at least this share
+GUIDE_PULL = (
+    0.5  # a guide hit moves ahead of a reference hit on its API if it scores at least this share
+)
 
 
 def _guides_first(hits):
@@ -177,7 +188,11 @@ def _guides_first(hits):
             objs = set(ref["objects"])
             for j in range(i + 1, len(hits)):
                 g = hits[j]
-                if g["source"] == "guide" and objs & set(g["objects"]) and g["score"] >= GUIDE_PULL * ref["score"]:
+                if (
+                    g["source"] == "guide"
+                    and objs & set(g["objects"])
+                    and g["score"] >= GUIDE_PULL * ref["score"]
+                ):
                     hits.insert(i, hits.pop(j))
                     break
         i += 1
@@ -186,11 +201,21 @@ def _guides_first(hits):
 def _signature_key(doc):
     """Near-duplicate key: the same text published under two names collapses to one hit."""
     text = doc["text"]
-    return text[text.find("\n```", 3):][:400] if text.startswith("```") else text[:400]
+    return text[text.find("\n```", 3) :][:400] if text.startswith("```") else text[:400]
 
 
-def search(index, query, k=5, page=1, source=None, use_expansion=True, diversity=True, tokenizer=tokenize,
-           per_page_cap=PER_PAGE_CAP, quoted_titles=True):
+def search(
+    index,
+    query,
+    k=5,
+    page=1,
+    source=None,
+    use_expansion=True,
+    diversity=True,
+    tokenizer=tokenize,
+    per_page_cap=PER_PAGE_CAP,
+    quoted_titles=True,
+):
     """Ranked result dicts for `query` (1-based `page` of `k` results).
 
     source: None for the default view (web pages replace the docstring pages they mirror),
@@ -204,7 +229,9 @@ def search(index, query, k=5, page=1, source=None, use_expansion=True, diversity
     terms = query_terms(query, use_expansion, tokenizer)
     constant, extra = index.scores(terms)
     prior = index.prior
-    ranked = sorted(((d, (constant + s) * prior(d)) for d, s in extra.items()), key=lambda kv: (-kv[1], kv[0]))
+    ranked = sorted(
+        ((d, (constant + s) * prior(d)) for d, s in extra.items()), key=lambda kv: (-kv[1], kv[0])
+    )
     docs = {}
     if quoted_titles:
         ranked = _quoted_titles_first(index, query, ranked, docs)
@@ -229,7 +256,7 @@ def search(index, query, k=5, page=1, source=None, use_expansion=True, diversity
             break
     if diversity:
         _guides_first(out)
-    results = out[k * (page - 1):wanted]
+    results = out[k * (page - 1) : wanted]
     for rank, doc in enumerate(results, start=k * (page - 1) + 1):
         doc["rank"] = rank
     return results

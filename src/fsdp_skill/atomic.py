@@ -15,12 +15,12 @@ import os
 import shutil
 import stat
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 _AT_FDCWD = -100
-_RENAME_EXCHANGE = 2   # <linux/fs.h>
-_RENAME_SWAP = 2       # <stdio.h> on macOS
+_RENAME_EXCHANGE = 2  # <linux/fs.h>
+_RENAME_SWAP = 2  # <stdio.h> on macOS
 # What a kernel, libc or filesystem without the atomic swap answers (EPERM: container seccomp
 # profiles that predate renameat2). A real permission problem then fails the fallback renames.
 _UNSUPPORTED = {errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EPERM}
@@ -41,7 +41,13 @@ def _lookup() -> Callable[[bytes, bytes], int] | None:
     if sys.platform.startswith("linux"):
         fn = getattr(libc, "renameat2", None)  # glibc >= 2.28, musl >= 1.2.5
         if fn is not None:
-            fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+            fn.argtypes = [
+                ctypes.c_int,
+                ctypes.c_char_p,
+                ctypes.c_int,
+                ctypes.c_char_p,
+                ctypes.c_uint,
+            ]
             fn.restype = ctypes.c_int
             _swap_fn = lambda a, b: fn(_AT_FDCWD, a, _AT_FDCWD, b, _RENAME_EXCHANGE)  # noqa: E731
     elif sys.platform == "darwin":

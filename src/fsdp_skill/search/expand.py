@@ -5,7 +5,7 @@ Users describe symptoms ("hangs", "OOM", "uneven inputs") or other frameworks' n
 the API words at a lower weight than the user's own words, so an exact match still wins.
 """
 
-from .tokenize import STOPWORDS, tokenize
+from fsdp_skill.index.tokenization import STOPWORDS, tokenize
 
 WEIGHT = 0.4
 
@@ -77,7 +77,10 @@ RULES = [
     ("sync", "barrier"),
     ("meta device", "to_empty reset_parameters init"),
     ("cpu offload", "CPUOffload CPUOffloadPolicy offload_policy"),
-    ("prefetch", "set_modules_to_forward_prefetch set_modules_to_backward_prefetch backward_prefetch forward_prefetch"),
+    (
+        "prefetch",
+        "set_modules_to_forward_prefetch set_modules_to_backward_prefetch backward_prefetch forward_prefetch",
+    ),
     ("process group", "new_group init_process_group ProcessGroup"),
     ("subgroup", "new_group new_subgroups"),
     ("backend", "Backend init_process_group nccl gloo"),
@@ -114,7 +117,10 @@ def _compiled(rule):
         phrase, words = rule
         # Only each word's whole token: the parts of `reshard_after_forward` ("forward"...)
         # would match far more than the API itself.
-        _COMPILED[rule] = (frozenset(tokenize(phrase)), [t for w in words.split() for t in tokenize(w)[:1]])
+        _COMPILED[rule] = (
+            frozenset(tokenize(phrase)),
+            [t for w in words.split() for t in tokenize(w)[:1]],
+        )
     return _COMPILED[rule]
 
 

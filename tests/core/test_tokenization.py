@@ -1,4 +1,4 @@
-from fsdp_skill.tokenize import tokenize
+from fsdp_skill.index.tokenization import tokenize
 
 
 def test_identifiers_kept_whole_and_split():
@@ -8,7 +8,13 @@ def test_identifiers_kept_whole_and_split():
 
 
 def test_camel_case_parts_and_acronyms():
-    assert set(tokenize("FullyShardedDataParallel")) >= {"fullyshardeddataparallel", "fully", "sharded", "data", "parallel"}
+    assert set(tokenize("FullyShardedDataParallel")) >= {
+        "fullyshardeddataparallel",
+        "fully",
+        "sharded",
+        "data",
+        "parallel",
+    }
     assert set(tokenize("powerSGD_hook")) >= {"powersgd_hook", "powersgd", "power", "sgd", "hook"}
     assert tokenize("DDP") == ["ddp"]
 
@@ -21,13 +27,20 @@ def test_stopwords_plurals_and_punctuation():
 
 
 def test_env_vars_and_flags():
-    assert set(tokenize("NCCL_DEBUG=INFO --nproc-per-node")) >= {"nccl_debug", "nccl", "debug", "info", "nproc", "node"}
+    assert set(tokenize("NCCL_DEBUG=INFO --nproc-per-node")) >= {
+        "nccl_debug",
+        "nccl",
+        "debug",
+        "info",
+        "nproc",
+        "node",
+    }
 
 
 def test_query_path_imports_no_re():
     import subprocess
     import sys
 
-    code = "import sys; import fsdp_skill.search, fsdp_skill.search_cli; print('re' in sys.modules)"
+    code = "import sys; import fsdp_skill.search.engine, fsdp_skill.search.cli; print('re' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
