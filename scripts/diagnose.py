@@ -515,7 +515,7 @@ def consistency_problems(infos: dict) -> list[dict]:
     for r, i in infos.items():
         if i["device"] and i["device"].get("uuid"):
             gpus.setdefault((i["host"], i["device"]["uuid"]), []).append(r)
-    for (_host, _uuid), rs in gpus.items():
+    for (_host, uuid), rs in gpus.items():
         if len(rs) > 1:
             problems.append(
                 {
