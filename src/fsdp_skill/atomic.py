@@ -1,7 +1,11 @@
-"""Replace a live folder by a new one with no moment where the live path is missing.
+"""Write files and replace folders so that a reader, or a kill, never sees half of one.
 
-A folder cannot be renamed over a non-empty folder, so the obvious replacement takes two renames
-(live -> old, new -> live) and a reader, or a kill, between them finds nothing at the live path.
+Files: `write_bytes`/`write_text`/`replacing` write a temp file in the same folder, fsync it,
+rename it over the target and fsync the folder, so after a crash the target holds either the
+old or the new bytes, and the rename itself survives a power cut.
+
+Folders: a folder cannot be renamed over a non-empty one, so the obvious replacement takes two
+renames (live -> old, new -> live) and a reader, or a kill, between them finds nothing there.
 Linux (renameat2 RENAME_EXCHANGE) and macOS (renamex_np RENAME_SWAP) swap two paths in one
 atomic step instead; this module uses that where the OS and filesystem offer it and falls back
 to the two renames elsewhere, where callers recover on their next run.
@@ -9,14 +13,17 @@ to the two renames elsewhere, where callers recover on their next run.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
+import secrets
 import shutil
 import stat
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2  # <linux/fs.h>
@@ -57,6 +64,68 @@ def _lookup() -> Callable[[bytes, bytes], int] | None:
             fn.restype = ctypes.c_int
             _swap_fn = lambda a, b: fn(a, b, _RENAME_SWAP)  # noqa: E731
     return _swap_fn
+
+
+def public_mode(path: str | os.PathLike[str], directory: bool = False) -> None:
+    """Give a temp file or folder (mkstemp/mkdtemp make them owner-only) the mode a plain
+    open()/mkdir() would have had, so a shared skill install stays readable by its users."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, (0o777 if directory else 0o666) & ~umask)
+
+
+def temp_name(path: str | os.PathLike[str]) -> Path:
+    """A fresh name beside `path` for its temp copy: `.NAME.tmp-RANDOM` (cleanup code matches it)."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.tmp-{secrets.token_hex(4)}")
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # a platform or filesystem that cannot open folders: the rename still stands
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def replacing(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
+    """Write `path` through a temp file beside it, moved over `path` only when the block succeeds.
+
+    The temp file gets the mode a plain open() would give; it is fsynced before the rename and
+    the folder after it. On an exception the temp file goes and `path` is untouched.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_name(path)
+    try:
+        with open(tmp, "xb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        public_mode(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
+
+
+def write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """Replace the file at `path` by `data` atomically and durably (see `replacing`)."""
+    with replacing(path) as f:
+        f.write(data)
+
+
+def write_text(path: str | os.PathLike[str], text: str) -> None:
+    """`write_bytes` of `text` in UTF-8."""
+    write_bytes(path, text.encode("utf-8"))
 
 
 def exchange(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
@@ -132,7 +201,7 @@ def rmtree(path: Path) -> None:
             pass
         return
 
-    def retry(func, p, exc):
+    def retry(func: Callable[[str], object], p: str, exc: BaseException) -> None:
         # A folder without write permission keeps its entries; make it writable and try again.
         parent = os.path.dirname(p)
         try:

@@ -47,13 +47,12 @@ def build_docstring_pages(api_dir, progress=_say):
         import torch
     except ImportError:
         raise BuildError("building the API references needs torch: pip install torch") from None
-    from fsdp_skill.pages import public_mode
     from fsdp_skill.sources.docstrings import build_pages
 
     api_dir = Path(api_dir)
     api_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".api-new-", dir=api_dir.parent))
-    public_mode(tmp, directory=True)
+    atomic.public_mode(tmp, directory=True)
     try:
         with warnings.catch_warnings():
             # Touching deprecated aliases (torch.distributed.reduce_op) warns; not the user's concern.
@@ -184,9 +183,8 @@ def build_index(
     manifest["terms"] = n_terms
     manifest["variant"] = variant or builder.DEFAULT_VARIANT
     manifest["seconds"] = round(time.perf_counter() - started, 2)
-    from fsdp_skill.pages import atomic_write
 
-    atomic_write(index_dir / "manifest.json", json.dumps(manifest, indent=2) + "\n")
+    atomic.write_text(index_dir / "manifest.json", json.dumps(manifest, indent=2) + "\n")
     return manifest
 
 
@@ -278,7 +276,10 @@ def _remove_leftovers(data):
         for p in folder.iterdir():
             if p.name.startswith((".api-new-", ".api-old-")) and p.is_dir():
                 shutil.rmtree(p, ignore_errors=True)
-            elif p.name.startswith(f"{paths.INDEX_FILE}.tmp-") and p.is_file():
+            elif (
+                p.name.startswith((f".{paths.INDEX_FILE}.tmp-", f"{paths.INDEX_FILE}.tmp-"))
+                and p.is_file()
+            ):
                 p.unlink(missing_ok=True)
 
 

@@ -1,19 +1,23 @@
 """Reference pages: markdown with YAML front matter (format in references/README.md)."""
 
+from __future__ import annotations
+
 import os
-import tempfile
 from pathlib import Path
 
 import yaml
 
+from fsdp_skill import atomic
+
 REQUIRED = ("title", "url", "source", "torch_version", "page")
+OPTIONAL = ("category",)
 
 
 class PageError(ValueError):
     """A page that does not follow the format; the message names the file and the problem."""
 
 
-def read_page(path):
+def read_page(path: str | os.PathLike[str]) -> tuple[dict[str, object], str]:
     """Return (meta, body) of a page file."""
     text = Path(path).read_text(encoding="utf-8")
     if not text.startswith("---\n"):
@@ -34,29 +38,14 @@ def read_page(path):
     return meta, text[end + 5 :]
 
 
-def public_mode(path, directory=False):
-    """Give a temp file/folder (mkstemp/mkdtemp make them owner-only) the mode a plain
-    open()/mkdir() would have had, so a shared skill install stays readable by its users."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(path, (0o777 if directory else 0o666) & ~umask)
+def format_page(meta: dict[str, object], body: str) -> str:
+    """The text of a page: the front matter fields in their documented order, then `body`."""
+    front = {k: meta[k] for k in REQUIRED}
+    front.update({k: meta[k] for k in OPTIONAL if meta.get(k)})
+    fm = yaml.safe_dump(front, sort_keys=False, allow_unicode=True, width=10_000)
+    return f"---\n{fm}---\n{body}"
 
 
-def atomic_write(path, text):
-    """Write via a temp file in the same folder and rename, so readers never see half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        public_mode(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
-def write_page(path, meta, body):
-    front = yaml.safe_dump({k: meta[k] for k in REQUIRED}, sort_keys=False, allow_unicode=True)
-    atomic_write(path, f"---\n{front}---\n{body}")
+def write_page(path: str | os.PathLike[str], meta: dict[str, object], body: str) -> None:
+    """Write a page file atomically (see fsdp_skill.atomic)."""
+    atomic.write_text(path, format_page(meta, body))

@@ -176,12 +176,14 @@ def test_lock_wait_has_a_limit_and_says_why(data_copy, run_search):
 def test_leftovers_of_a_killed_build_are_removed(data_copy, run_search):
     (data_copy / ".api-new-deadbeef").mkdir()
     (data_copy / ".api-old-123").mkdir()
-    (data_copy / "index" / "index.bin.tmp-999").write_bytes(b"half")
+    (data_copy / "index" / ".index.bin.tmp-999").write_bytes(b"half")
     (data_copy / "index" / "index.bin").unlink()
     r = run_search(["fully_shard"], data_copy)
     assert r.returncode == 0, r.stderr
     left = [p.name for p in data_copy.iterdir()] + [p.name for p in (data_copy / "index").iterdir()]
-    assert not [n for n in left if n.startswith((".api-new-", ".api-old-", "index.bin.tmp-"))], left
+    assert not [n for n in left if n.startswith((".api-new-", ".api-old-", ".index.bin.tmp-"))], (
+        left
+    )
 
 
 def test_read_only_skill_with_a_stale_index_uses_the_cache(tmp_path, monkeypatch, built_data):

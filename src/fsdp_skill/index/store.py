@@ -133,18 +133,9 @@ def write_index(path, header, postings, docs, stamp, priors=None):
         head[f"{name}_off"], head[f"{name}_len"] = f"{pos:012d}", f"{size:012d}"
         pos += size
     blob = MAGIC + _header_bytes(head) + b"".join(body[name] for name in SECTIONS)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    try:
-        with open(tmp, "wb") as f:
-            f.write(blob)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    from fsdp_skill import atomic  # build side only: keeps its imports off the query path
+
+    atomic.write_bytes(path, blob)
 
 
 def _header_bytes(head):

@@ -107,11 +107,10 @@ def default_name(version):
 def bundle(output=None, *, root=None, ensure_index=None, build=True, log=print):
     """Write the zip; returns its path. Raises InstallError with a one-line message."""
     import hashlib
-    import secrets
     import zipfile
     from pathlib import Path
 
-    from fsdp_skill import paths
+    from fsdp_skill import atomic, paths
     from fsdp_skill.index.store import Index, IndexError_
     from fsdp_skill.skill import install as I
 
@@ -153,9 +152,11 @@ def bundle(output=None, *, root=None, ensure_index=None, build=True, log=print):
         raise I.InstallError(f"{out.parent}: no such folder")
 
     times = []
-    tmp = out.with_name(f".{out.name}.tmp-{secrets.token_hex(4)}")
     try:
-        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=9) as zf:
+        with (
+            atomic.replacing(out) as f,
+            zipfile.ZipFile(f, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=9) as zf,
+        ):
             for rel, src, _ in plan.files:
                 st = src.stat()
                 info = zipfile.ZipInfo(
@@ -175,17 +176,15 @@ def bundle(output=None, *, root=None, ensure_index=None, build=True, log=print):
             info.compress_type = zipfile.ZIP_DEFLATED
             info.external_attr = 0o644 << 16
             zf.writestr(info, "\n".join(times) + "\n")
-        # Pages edited while we zipped would leave the bundle's index stale: refuse it.
-        if paths.fingerprint(dirs) != stamp:
-            raise I.InstallError("reference pages changed while bundling; run the command again")
-        os.replace(tmp, out)
+            # Pages edited while we zipped would leave the bundle's index stale: refuse it.
+            if paths.fingerprint(dirs) != stamp:
+                raise I.InstallError(
+                    "reference pages changed while bundling; run the command again"
+                )
     except OSError as e:
         raise I.InstallError(f"{getattr(e, 'filename', None) or out}: {e.strerror or e}") from None
     except ValueError as e:  # SKILL.md without frontmatter
         raise I.InstallError(f"{root_p / 'SKILL.md'}: {e}") from None
-    finally:
-        if tmp.exists():
-            tmp.unlink()
     size = out.stat().st_size
     log(f"wrote {out} ({len(plan.files) + 1} files, {I._human(size)}, torch {version})")
     return out
@@ -219,9 +218,8 @@ def export_llms_txt(folder, *, root=None, log=print):
     llms-full.txt (every page's text) into `folder`, following the llms.txt convention."""
     from pathlib import Path
 
-    from fsdp_skill import paths
+    from fsdp_skill import atomic, paths
     from fsdp_skill.mcp_server import Docs, ToolFailure
-    from fsdp_skill.pages import atomic_write
     from fsdp_skill.skill.install import InstallError
 
     out = Path(folder).expanduser()
@@ -296,8 +294,8 @@ def export_llms_txt(folder, *, root=None, log=print):
             text.strip(),
         ]
     try:
-        atomic_write(out / "llms.txt", "\n".join(index_lines) + "\n")
-        atomic_write(out / "llms-full.txt", "\n".join(full) + "\n")
+        atomic.write_text(out / "llms.txt", "\n".join(index_lines) + "\n")
+        atomic.write_text(out / "llms-full.txt", "\n".join(full) + "\n")
     except OSError as e:
         raise InstallError(f"{getattr(e, 'filename', None) or out}: {e.strerror or e}") from None
     log(

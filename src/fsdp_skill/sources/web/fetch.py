@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import socket
 import sys
-import tempfile
 import threading
 import time
 import weakref
@@ -21,6 +19,7 @@ from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
+from fsdp_skill import atomic
 from fsdp_skill.sources.web.config import ClientSettings
 
 MAX_REDIRECTS = 5
@@ -80,22 +79,8 @@ class RawCache:
         if old is not None and old[0] == meta:
             return  # same bytes, same validators: leave the files (and their mtimes) alone
         body_p.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write(body_p, body)
-        _atomic_write(meta_p, json.dumps(meta, indent=1, sort_keys=True).encode("utf-8"))
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+        atomic.write_bytes(body_p, body)
+        atomic.write_bytes(meta_p, json.dumps(meta, indent=1, sort_keys=True).encode("utf-8"))
 
 
 class PoliteClient:

@@ -11,8 +11,9 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-import yaml
 from bs4 import BeautifulSoup, Comment, NavigableString, Tag
+
+from fsdp_skill.pages import format_page
 
 # Page furniture that can sit inside the article on some theme versions; dropped before
 # conversion so none of it reaches the text.
@@ -196,10 +197,9 @@ def convert_page(
     }
     if category:
         front["category"] = category
-    fm = yaml.safe_dump(front, sort_keys=False, allow_unicode=True, width=10_000)
     if not body.lstrip().startswith("# "):
         body = f"# {title}\n\n{body}"
-    md = f"---\n{fm}---\n\n{body.strip()}\n"
+    md = format_page(front, f"\n{body.strip()}\n")
     return ConvertedPage(title=title, markdown=md, objects=conv.all_objects)
 
 
