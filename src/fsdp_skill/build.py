@@ -16,7 +16,7 @@ import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
-from fsdp_skill import atomic, paths
+from fsdp_skill import files, paths
 from fsdp_skill.freshness import ENGINE, stale_reason
 
 # Which torch (and engine) made references/api/; not a page (no .md), so never indexed.
@@ -52,7 +52,7 @@ def build_docstring_pages(api_dir, progress=_say):
     api_dir = Path(api_dir)
     api_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".api-new-", dir=api_dir.parent))
-    atomic.public_mode(tmp, directory=True)
+    files.public_mode(tmp, directory=True)
     try:
         with warnings.catch_warnings():
             # Touching deprecated aliases (torch.distributed.reduce_op) warns; not the user's concern.
@@ -67,13 +67,13 @@ def build_docstring_pages(api_dir, progress=_say):
 
 def _swap_dir(new, target):
     """Put folder `new` at `target`, replacing it (in one atomic exchange where the OS has
-    one, see fsdp_skill.atomic); the old tree is removed afterwards."""
+    one, see fsdp_skill.files); the old tree is removed afterwards."""
     target = Path(target)
-    previous = atomic.swap_in(
+    previous = files.swap_in(
         Path(new), target, target.with_name(f".{target.name}-old-{os.getpid()}")
     )
     if previous is not None:
-        atomic.rmtree(previous)
+        files.rmtree(previous)
 
 
 def collect_chunks(dirs):
@@ -184,7 +184,7 @@ def build_index(
     manifest["variant"] = variant or builder.DEFAULT_VARIANT
     manifest["seconds"] = round(time.perf_counter() - started, 2)
 
-    atomic.write_text(index_dir / "manifest.json", json.dumps(manifest, indent=2) + "\n")
+    files.write_text(index_dir / "manifest.json", json.dumps(manifest, indent=2) + "\n")
     return manifest
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from fsdp_skill import atomic
+from fsdp_skill import files
 
 REQUIRED = ("title", "url", "source", "torch_version", "page")
 OPTIONAL = ("category",)
@@ -47,5 +47,5 @@ def format_page(meta: dict[str, object], body: str) -> str:
 
 
 def write_page(path: str | os.PathLike[str], meta: dict[str, object], body: str) -> None:
-    """Write a page file atomically (see fsdp_skill.atomic)."""
-    atomic.write_text(path, format_page(meta, body))
+    """Write a page file atomically (see fsdp_skill.files)."""
+    files.write_text(path, format_page(meta, body))

@@ -163,7 +163,7 @@ def tree(root: Path) -> dict[str, bytes]:
 
 
 def watch_renames(monkeypatch, check) -> dict:
-    """Run `check(where)` after every os.rename, os.replace and atomic.exchange: each of those
+    """Run `check(where)` after every os.rename, os.replace and files.exchange: each of those
     moments is one where a SIGKILL could land, so what `check` asserts must hold at all of them.
     Returns a counter of the calls seen."""
     calls = {"n": 0}
@@ -180,10 +180,10 @@ def watch_renames(monkeypatch, check) -> dict:
     monkeypatch.setattr(os, "rename", wrap(os.rename))
     monkeypatch.setattr(os, "replace", wrap(os.replace))
     try:
-        from fsdp_skill import atomic
+        from fsdp_skill import files
     except ImportError:  # a tree without the atomic swap: the renames alone are watched
         return calls
-    monkeypatch.setattr(atomic, "exchange", wrap(atomic.exchange))
+    monkeypatch.setattr(files, "exchange", wrap(files.exchange))
     return calls
 
 

@@ -253,17 +253,17 @@ KILLED_SCRAPE = textwrap.dedent("""
     from dataclasses import replace
     sys.path[:0] = [{here!r}]
     from fault_helpers import CLIENT, fake_builder
-    from fsdp_skill import atomic
+    from fsdp_skill import files
     from fsdp_skill.sources.web.config import parse_config
     from fsdp_skill.sources.web.scrape import scrape
     web = os.path.join({refs!r}, "web")
-    real = atomic.exchange
+    real = files.exchange
     def exchange(a, b):
         done = real(a, b)
         if web in (str(a), str(b)):
             os._exit(137)  # SIGKILL right after web/ was swapped
         return done
-    atomic.exchange = exchange
+    files.exchange = exchange
     cfg = parse_config({{"version": "2.13", "site_root": "https://docs.pytorch.org/",
                         "docs_base": "docs/{{version}}/", "tutorials_base": "tutorials/",
                         "pages": [{{"page": n, "category": "reference"}} for n in ("alpha", "beta")]}})
@@ -274,9 +274,9 @@ KILLED_SCRAPE = textwrap.dedent("""
 
 
 def test_a_killed_swap_keeps_web_and_the_next_run_cleans_up(site, refs):
-    from fsdp_skill import atomic
+    from fsdp_skill import files
 
-    if not atomic.supported(refs):
+    if not files.supported(refs):
         pytest.skip(
             "no atomic folder swap here; the two-rename fallback is recovered on the next run"
         )

@@ -133,9 +133,9 @@ def write_index(path, header, postings, docs, stamp, priors=None):
         head[f"{name}_off"], head[f"{name}_len"] = f"{pos:012d}", f"{size:012d}"
         pos += size
     blob = MAGIC + _header_bytes(head) + b"".join(body[name] for name in SECTIONS)
-    from fsdp_skill import atomic  # build side only: keeps its imports off the query path
+    from fsdp_skill import files  # build side only: keeps its imports off the query path
 
-    atomic.write_bytes(path, blob)
+    files.write_bytes(path, blob)
 
 
 def _header_bytes(head):

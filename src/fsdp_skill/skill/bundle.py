@@ -110,7 +110,7 @@ def bundle(output=None, *, root=None, ensure_index=None, build=True, log=print):
     import zipfile
     from pathlib import Path
 
-    from fsdp_skill import atomic, paths
+    from fsdp_skill import files, paths
     from fsdp_skill.index.store import Index, IndexError_
     from fsdp_skill.skill import install as I
 
@@ -154,7 +154,7 @@ def bundle(output=None, *, root=None, ensure_index=None, build=True, log=print):
     times = []
     try:
         with (
-            atomic.replacing(out) as f,
+            files.replacing(out) as f,
             zipfile.ZipFile(f, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=9) as zf,
         ):
             for rel, src, _ in plan.files:
@@ -218,7 +218,7 @@ def export_llms_txt(folder, *, root=None, log=print):
     llms-full.txt (every page's text) into `folder`, following the llms.txt convention."""
     from pathlib import Path
 
-    from fsdp_skill import atomic, paths
+    from fsdp_skill import files, paths
     from fsdp_skill.mcp_server import Docs, ToolFailure
     from fsdp_skill.skill.install import InstallError
 
@@ -294,8 +294,8 @@ def export_llms_txt(folder, *, root=None, log=print):
             text.strip(),
         ]
     try:
-        atomic.write_text(out / "llms.txt", "\n".join(index_lines) + "\n")
-        atomic.write_text(out / "llms-full.txt", "\n".join(full) + "\n")
+        files.write_text(out / "llms.txt", "\n".join(index_lines) + "\n")
+        files.write_text(out / "llms-full.txt", "\n".join(full) + "\n")
     except OSError as e:
         raise InstallError(f"{getattr(e, 'filename', None) or out}: {e.strerror or e}") from None
     log(

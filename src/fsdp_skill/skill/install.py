@@ -5,7 +5,7 @@ The copy is self-contained: `src/fsdp_skill/` travels with it so `scripts/search
 package from `../src` without a pip install, and the index sits in `references/index/`.
 
 Installs are atomic: everything is copied into a hidden staging folder next to the destination,
-checked, and swapped in with one atomic exchange of the two folders (see fsdp_skill.atomic), so
+checked, and swapped in with one atomic exchange of the two folders (see fsdp_skill.files), so
 the installed folder is never missing; a failed or interrupted install leaves the previous copy
 in place, and the next install removes the hidden copies a killed one left.
 
@@ -25,7 +25,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from fsdp_skill import atomic
+from fsdp_skill import files
 from fsdp_skill.argparsing import OneLineParser
 
 try:
@@ -451,7 +451,7 @@ def _remove_leftovers(parent: Path, dest: Path) -> None:
                 break
     for prefix in (f".{SKILL_NAME}.tmp-", f".{SKILL_NAME}.old-"):
         for stale in parent.glob(prefix + "*"):
-            atomic.rmtree(stale)
+            files.rmtree(stale)
 
 
 def _verify(staging: Path, display: str) -> list[str]:
@@ -572,7 +572,7 @@ def install(
             ) from None
         finally:
             # After a swap this holds the previous copy; after a failure, the partial new one.
-            atomic.rmtree(staging)
+            files.rmtree(staging)
     finally:
         lock.release()
 
@@ -584,12 +584,12 @@ def _swap(staging: Path, dest: Path, parent: Path) -> None:
     """Readers see the old copy or the new one, never a half-written or missing folder.
 
     One atomic exchange puts the new copy at `dest` and the old one at `staging`, which the
-    caller removes. Without an atomic swap (see fsdp_skill.atomic) it takes two renames through a fresh
+    caller removes. Without an atomic swap (see fsdp_skill.files) it takes two renames through a fresh
     `.old-` name, and a kill between them is repaired by the next install.
     """
-    previous = atomic.swap_in(staging, dest, _fresh_name(parent, "old"))
+    previous = files.swap_in(staging, dest, _fresh_name(parent, "old"))
     if previous is not None and previous != staging:
-        atomic.rmtree(previous)
+        files.rmtree(previous)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,7 +19,7 @@ from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
-from fsdp_skill import atomic
+from fsdp_skill import files
 from fsdp_skill.sources.web.config import ClientSettings
 
 MAX_REDIRECTS = 5
@@ -79,8 +79,8 @@ class RawCache:
         if old is not None and old[0] == meta:
             return  # same bytes, same validators: leave the files (and their mtimes) alone
         body_p.parent.mkdir(parents=True, exist_ok=True)
-        atomic.write_bytes(body_p, body)
-        atomic.write_bytes(meta_p, json.dumps(meta, indent=1, sort_keys=True).encode("utf-8"))
+        files.write_bytes(body_p, body)
+        files.write_bytes(meta_p, json.dumps(meta, indent=1, sort_keys=True).encode("utf-8"))
 
 
 class PoliteClient:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from fsdp_skill import atomic
+from fsdp_skill import files
 from fsdp_skill.sources.web.config import ScrapeConfig
 from fsdp_skill.sources.web.fetch import FetchError, PoliteClient, RawCache
 from fsdp_skill.sources.web.html_to_md import ConversionError, ConvertedPage, convert_page
@@ -185,7 +185,7 @@ def _recover(refs_root: Path, web_dir: Path, index_dir: Path, log) -> None:
             if not os.path.lexists(web_dir) and old.is_dir() and not old.is_symlink():
                 os.rename(old, web_dir)
                 log(f"scrape: put back {web_dir}, which an interrupted scrape had moved aside")
-        atomic.rmtree(stage)
+        files.rmtree(stage)
     if not index_dir.is_dir():
         return
     for side in index_dir.iterdir():
@@ -335,7 +335,7 @@ def _refresh(
         log("scrape: " + report.summary())
         return new_index is not None
     finally:
-        atomic.rmtree(stage)
+        files.rmtree(stage)
 
 
 def _swap(
@@ -348,7 +348,7 @@ def _swap(
     moved into it, one atomic rename each; nothing else in it is touched.
     """
     try:
-        previous = atomic.swap_in(new_web, web_dir, stage / "old-web")
+        previous = files.swap_in(new_web, web_dir, stage / "old-web")
     except OSError as exc:
         raise ScrapeError(f"could not swap in the new references: {exc}") from None
     try:
@@ -356,7 +356,7 @@ def _swap(
             _install_files(new_index, index_dir)
     except BaseException as exc:
         try:
-            atomic.swap_back(web_dir, previous)
+            files.swap_back(web_dir, previous)
         except OSError:
             pass
         if isinstance(exc, OSError):

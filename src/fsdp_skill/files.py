@@ -214,3 +214,29 @@ def rmtree(path: Path) -> None:
         shutil.rmtree(path, onexc=retry)
     else:
         shutil.rmtree(path, onerror=lambda func, p, info: retry(func, p, info[1]))
+
+
+def read_capped(path: str | os.PathLike[str], limit: int) -> bytes:
+    """A regular file's bytes, at most `limit` of them; anything else raises OSError.
+
+    Opened without blocking (a FIFO would wait for a writer forever), then checked with fstat on
+    what was actually opened, so a path swapped after a stat cannot slip through. The OSError's
+    message says what was found: "is a FIFO, not a regular file", "is larger than N bytes".
+    """
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as fh:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            if stat.S_ISFIFO(mode):
+                kind = "a FIFO"
+            elif stat.S_ISDIR(mode):
+                kind = "a folder"
+            elif stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+                kind = "a device"
+            else:
+                kind = "a socket"
+            raise OSError(f"is {kind}, not a regular file")
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(f"is larger than {limit} bytes")
+    return data
