@@ -34,7 +34,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import _dist_common as common
+import _dist_common as common  # this folder's shared plumbing: copy it along with this file
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
