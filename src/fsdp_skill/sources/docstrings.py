@@ -4,13 +4,18 @@ One markdown page per docs.pytorch.org page it mirrors (see data/api_pages.yaml)
 chunk links to the real, versioned page and anchor of the installed torch.
 """
 
+from __future__ import annotations
+
 import inspect
 import os
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import yaml
+from packaging.version import InvalidVersion, Version
 
 from fsdp_skill.apinames import resolve
 from fsdp_skill.pages import write_page
@@ -20,16 +25,25 @@ PAGES_SPEC = Path(__file__).resolve().parent.parent / "data" / "api_pages.yaml"
 DOCS_URL = "https://docs.pytorch.org/docs/{version}/{page}.html"
 
 
-def docs_version(version):
-    """The docs.pytorch.org folder for a torch version: '2.13.0+cpu' -> '2.13'; a nightly or
-    pre-release ('2.14.0.dev20260101', '2.14.0a0+git...') has no release docs yet -> 'main'."""
-    public = str(version).split("+")[0]
-    if any(tag in public for tag in ("dev", "a", "b", "rc")) or "git" in str(version):
+def docs_version(version: str) -> str:
+    """The docs.pytorch.org folder for a torch version: '2.13.0+cpu' -> '2.13'.
+
+    'main' where no release docs match: a nightly or pre-release ('2.14.0.dev20260101',
+    '2.14.0a0+git...', '2.14.0rc1'), a build from a git checkout (local part `+git...`, which
+    may be ahead of its release), or a version string that does not parse (the latest docs
+    are a better link than a folder that does not exist).
+    """
+    try:
+        parsed = Version(str(version))
+    except InvalidVersion:
         return "main"
-    return ".".join(public.split(".")[:2])
+    if parsed.is_prerelease or (parsed.local or "").startswith("git"):
+        return "main"
+    major, minor = (*parsed.release, 0)[:2]
+    return f"{major}.{minor}"
 
 
-def own_doc(obj):
+def own_doc(obj: Any) -> str | None:
     """The object's own docstring: never a parent class's (inspect.getdoc walks the MRO)."""
     if isinstance(obj, property):
         obj = obj.fget
@@ -43,7 +57,7 @@ def own_doc(obj):
     return doc if isinstance(doc, str) and doc.strip() else None
 
 
-def _pybind_split(name, doc):
+def _pybind_split(name: str, doc: str) -> tuple[str | None, str]:
     """pybind11 docstrings start with `name(arg: type) -> ret`: split that signature off."""
     first, _, rest = doc.strip().partition("\n")
     short = name.rsplit(".", 1)[-1]
@@ -59,7 +73,7 @@ LONG_ANNOTATION = 64
 _ENUM_REPR = re.compile(r"<([A-Za-z_][\w.]*): [^<>]*>")
 
 
-def compact_signature(sig):
+def compact_signature(sig: str) -> str:
     """Short type names and plain enum defaults in the parameters; the API's own name stays whole."""
     head, paren, params = sig.partition("(")
     if not paren:
@@ -72,12 +86,12 @@ def compact_signature(sig):
     return head + paren + ", ".join(_short_param(p) for p in _split_top(params[:close])) + ")" + ret
 
 
-def _short_annotation(ann):
+def _short_annotation(ann: str) -> str:
     # Expanded type aliases (the state-dict value types) run to hundreds of characters.
     return ann if len(ann) <= LONG_ANNOTATION else ann.split("[", 1)[0] + "[...]"
 
 
-def _short_param(param):
+def _short_param(param: str) -> str:
     name, colon, rest = param.partition(": ")
     if not colon:
         return param
@@ -85,9 +99,10 @@ def _short_param(param):
     return f"{name}: {_short_annotation(ann)}" + (f" = {default}" if eq else "")
 
 
-def _split_top(params):
+def _split_top(params: str) -> list[str]:
     """Split a parameter list at its top-level commas."""
-    out, depth, start = [], 0, 0
+    out: list[str] = []
+    depth = start = 0
     for i, c in enumerate(params):
         if c in "([{":
             depth += 1
@@ -101,7 +116,7 @@ def _split_top(params):
     return out
 
 
-def _matching_paren(params):
+def _matching_paren(params: str) -> int:
     """Index of the `)` closing the parameter list (params starts just after the `(`)."""
     depth = 0
     for i, c in enumerate(params):
@@ -114,13 +129,13 @@ def _matching_paren(params):
     return len(params)
 
 
-def signature(name, obj, doc):
+def signature(name: str, obj: Any, doc: str) -> tuple[str | None, str]:
     """The API's signature line (with its qualified name), and the doc text without it."""
     sig, rest = _signature(name, obj, doc)
     return (compact_signature(sig) if sig else sig), rest
 
 
-def _signature(name, obj, doc):
+def _signature(name: str, obj: Any, doc: str) -> tuple[str | None, str]:
     kind = "class " if inspect.isclass(obj) else ""
     if isinstance(obj, property) or (not callable(obj) and not inspect.ismodule(obj)):
         return f"property {name}" if isinstance(obj, property) else name, doc
@@ -136,7 +151,7 @@ def _signature(name, obj, doc):
         return f"{kind}{name}(...)", doc
 
 
-def render_object(names, obj, level, anchors=True):
+def render_object(names: list[str], obj: Any, level: int, anchors: bool = True) -> str | None:
     """Markdown for one API entry, or None for an undocumented object (e.g. a bare pybind stub).
 
     `names` are every public name of the object on the page: the first is the heading, the
@@ -163,25 +178,29 @@ def render_object(names, obj, level, anchors=True):
     return "\n".join(lines)
 
 
-def _member_level(name, class_names):
+def _member_level(name: str, class_names: set[str]) -> int:
     """Methods and properties nest one level under their class when the class is on the page."""
     owner = name.rsplit(".", 1)[0]
     return 3 if owner in class_names else 2
 
 
-def build_pages(out_dir, torch_version=None, progress=None):
+def build_pages(
+    out_dir: str | Path,
+    torch_version: str | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> list[Path]:
     """Write one page per spec entry into out_dir; returns the list of written paths."""
     import torch  # noqa: F401  (import errors surface here with a clear message upstream)
 
     version = str(torch_version or torch.__version__)
     short = docs_version(version)
     spec = yaml.safe_load(PAGES_SPEC.read_text())["pages"]
-    merged = {}
+    merged: dict[str, dict[str, Any]] = {}
     for entry in spec:
         merged.setdefault(entry["page"], {"title": entry["title"], "parts": []})["parts"].append(
             entry
         )
-    written = []
+    written: list[Path] = []
     for page, info in merged.items():
         if progress:
             progress(f"docstrings: {page}")
@@ -216,7 +235,7 @@ def build_pages(out_dir, torch_version=None, progress=None):
     return written
 
 
-def main():  # pragma: no cover - debugging aid: python -m fsdp_skill.sources.docstrings OUT
+def main() -> None:  # pragma: no cover - debugging aid: python -m fsdp_skill.sources.docstrings OUT
     out = sys.argv[1] if len(sys.argv) > 1 else "references/api"
     for p in build_pages(out, progress=lambda m: print(m, file=sys.stderr)):
         print(p, os.path.getsize(p))
