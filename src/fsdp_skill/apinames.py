@@ -6,8 +6,8 @@ command (is the object an answer names the same object the gold answer names?).
 
 from __future__ import annotations
 
-import importlib
 import inspect
+import pkgutil
 import sys
 import warnings
 
@@ -19,9 +19,16 @@ _MISSING = object()
 
 
 def lookup(name: str, roots: tuple[str, ...] | None = DEFAULT_ROOTS) -> tuple[bool, object]:
-    """(found, object) for a dotted name; found tells a real ``None`` value from a missing name."""
-    parts = name.strip().split(".")
-    if not parts or not all(p.isidentifier() for p in parts):
+    """(found, object) for a dotted name; found tells a real ``None`` value from a missing name.
+
+    ``pkgutil.resolve_name`` does the walk: it imports the longest module prefix, then takes the
+    rest as attributes. Around it: only dotted identifiers under `roots` are tried, never a
+    `__main__` module, and any failure (an import that raises, a property that raises) is a
+    name that does not resolve.
+    """
+    name = name.strip()
+    parts = name.split(".")
+    if not all(p.isidentifier() for p in parts):
         return False, None
     # A `__main__` module runs its program when imported.
     if "__main__" in parts:
@@ -32,35 +39,18 @@ def lookup(name: str, roots: tuple[str, ...] | None = DEFAULT_ROOTS) -> tuple[bo
     with warnings.catch_warnings():
         # Deprecated modules warn on import; the name still resolves.
         warnings.simplefilter("ignore")
-        depth = 0
-        for i in range(len(parts), 0, -1):
-            try:
-                importlib.import_module(".".join(parts[:i]))
-            except Exception:  # noqa: BLE001 - any failure means "not importable as a module"
-                continue
-            depth = i
-            break
-        if depth == 0:
+        try:
+            obj = pkgutil.resolve_name(name)
+        except Exception:  # noqa: BLE001 - any failure means "does not resolve"
             return False, None
-
-        obj: object = sys.modules[parts[0]]
-        for j in range(1, len(parts)):
-            module = sys.modules.get(".".join(parts[: j + 1]), _MISSING)
-            if j + 1 < depth or (j + 1 == depth < len(parts)):
-                # Still descending the module path: the module itself, even where the package
-                # re-exports a function of the same name over it.
-                obj = module
-            elif j + 1 == depth:
-                # The name ends at a module: evaluate it as the expression `a.b.c` would, so a
-                # function re-exported over its own submodule (`fsdp.fully_shard`) wins.
-                obj = _getattr(obj, parts[j])
-                if obj is _MISSING:
-                    obj = module
-            else:
-                obj = _getattr(obj, parts[j])
-            if obj is _MISSING:
-                return False, None
-        return True, obj
+        if len(parts) > 1 and obj is sys.modules.get(name):
+            # The name ends at a module: evaluate it as the expression `a.b.c` would, so a
+            # function re-exported over its own submodule (`fsdp.fully_shard`) wins. Deeper names
+            # still descend through the module, as resolve_name does.
+            shadow = _getattr(sys.modules.get(".".join(parts[:-1])), parts[-1])
+            if shadow is not _MISSING:
+                obj = shadow
+    return True, obj
 
 
 def _getattr(obj: object, attr: str) -> object:
@@ -73,9 +63,9 @@ def _getattr(obj: object, attr: str) -> object:
 def resolve(name: str, roots: tuple[str, ...] | None = DEFAULT_ROOTS) -> object | None:
     """The object a dotted name denotes in this interpreter, or None when it does not resolve.
 
-    Imports the longest importable module prefix, then walks the rest with getattr. Only names
-    under `roots` are imported (``None`` allows any). A name whose value is itself ``None``
-    also gives None; use `lookup` to tell the two apart.
+    Imports the longest importable module prefix, then walks the rest with getattr (see
+    `lookup`). Only names under `roots` are imported (``None`` allows any). A name whose value is
+    itself ``None`` also gives None; use `lookup` to tell the two apart.
     """
     return lookup(name, roots)[1]
 

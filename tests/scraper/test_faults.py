@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from fsdp_skill.build import refresh_web
 from fsdp_skill.sources.web.fetch import FetchError, PoliteClient, RawCache
-from fsdp_skill.sources.web.scrape import ScrapeError, scrape
+from fsdp_skill.sources.web.scrape import ScrapeError
 
 
 def _tree(root: Path) -> dict[str, bytes]:
@@ -28,7 +29,7 @@ def fake_builder(refs_root, index_dir, *, web_dir=None):
 
 def _scrape(site, refs, **kw):
     kw.setdefault("index_builder", fake_builder)
-    return scrape(site.config, refs, log=lambda m: None, **kw)
+    return refresh_web(site.config, refs, log=lambda m: None, **kw)
 
 
 @pytest.fixture
@@ -132,6 +133,29 @@ def test_change_report_names_changed_pages(fault_site, refs):
     assert report.objects_added == ["torch.fake.gamma"]
     assert report.objects_removed == ["torch.fake.beta"]
     assert report.objects_changed == ["torch.fake.alpha"] or report.objects_changed == []
+
+
+def test_page_objects_follow_markdown_structure():
+    from fsdp_skill.sources.web.report import diff_trees, page_objects
+
+    page = (
+        "---\ntitle: t\n---\n"
+        "# A\n<!-- objects: a.x, a.y -->\ntext\n```\n# a comment in a fence, not a heading\n```\n"
+        "#hashtag is prose\n"
+        "## B\n\n<!-- objects: b -->\nmore\n"
+        "## C\nbody first\n<!-- objects: not.first -->\n"
+    )
+    got = page_objects(page)
+    assert set(got) == {"a.x", "a.y", "b"}  # C's comment is not its first block
+    assert got["a.x"] == got["a.y"] != got["b"]
+    # A change inside the fence is a change to A's section, not a new section.
+    edited = page.replace("in a fence", "in the fence")
+    changed = page_objects(edited)
+    assert changed["a.x"] != got["a.x"] and changed["b"] == got["b"]
+    report = diff_trees({"p.md": page}, {"p.md": edited})
+    assert report.pages_changed == ["p"] and report.objects_changed == ["a.x", "a.y"]
+    # CRLF files read the same as LF ones.
+    assert page_objects(page.replace("\n", "\r\n")) == got
 
 
 # ---- the client on its own ---------------------------------------------------------------

@@ -48,6 +48,10 @@ def fakeapi(tmp_path, monkeypatch):
                 def sm():
                     pass
 
+                @property
+                def boom(self):
+                    raise RuntimeError("a property that raises")
+
             instance = Thing()
             """
         )
@@ -56,6 +60,7 @@ def fakeapi(tmp_path, monkeypatch):
     (pkg / "sub" / "__init__.py").write_text("")
     (pkg / "sub" / "deep.py").write_text("from fakeapi.shard import shard as alias\n")
     (pkg / "__main__.py").write_text("raise SystemExit('must never run')\n")
+    (pkg / "broken.py").write_text("raise RuntimeError('fails at import time')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     yield
     for name in [m for m in sys.modules if m == "fakeapi" or m.startswith("fakeapi.")]:
@@ -92,6 +97,11 @@ def test_function_reexported_over_its_submodule(fakeapi):
         "",
         "fakeapi.__main__",
         "os.path",
+        # failures inside the package are names that do not resolve, not errors
+        "fakeapi.broken",
+        "fakeapi.broken.thing",
+        "fakeapi.instance.boom",
+        "fakeapi.sub.deep:alias",  # resolve_name's colon form is not a dotted name
     ],
 )
 def test_unresolved(fakeapi, name):

@@ -5,8 +5,9 @@ from __future__ import annotations
 import sys
 
 import pytest
-from conftest import HELP_SCRIPT, write_skill
+from conftest import HELP_SCRIPT, REPO, write_skill
 
+from fsdp_skill.skill import torch_names
 from fsdp_skill.skill import validate as V
 
 
@@ -19,6 +20,16 @@ def only(problems, needle):
     assert len(problems) == 1, problems
     assert needle in problems[0], problems
     return problems[0]
+
+
+@pytest.fixture(params=["skills-ref", "own-rules"])
+def spec_layer(request, monkeypatch):
+    """Each front matter test twice: skills-ref judging the spec's rules, then the fallback."""
+    if request.param == "skills-ref":
+        pytest.importorskip("skills_ref")
+    else:
+        monkeypatch.setitem(sys.modules, "skills_ref", None)  # `import skills_ref` now fails
+    return request.param
 
 
 # --------------------------------------------------------------------------- frontmatter
@@ -142,6 +153,7 @@ FRONT_CASES = [
 ]
 
 
+@pytest.mark.usefixtures("spec_layer")
 @pytest.mark.parametrize("case", FRONT_CASES, ids=[c[0] for c in FRONT_CASES])
 def test_frontmatter_rules(skill, case):
     _, front, needle, line, _ = case
@@ -166,6 +178,7 @@ NAME_CASES = [
 ]
 
 
+@pytest.mark.usefixtures("spec_layer")
 @pytest.mark.parametrize("name,needle", NAME_CASES, ids=[c[0][:10] for c in NAME_CASES])
 def test_name_rules(skill, name, needle):
     # Folder named like the skill, so only the rule under test fires.
@@ -173,11 +186,13 @@ def test_name_rules(skill, name, needle):
     assert any(needle in p and "SKILL.md:2:" in p for p in fm_problems(root)), fm_problems(root)
 
 
+@pytest.mark.usefixtures("spec_layer")
 def test_name_limits_pass(skill):
     for name in ("a" * 64, "pdf2-x9", "a"):
         assert fm_problems(skill(name, front=f"name: {name}\ndescription: d\n")) == []
 
 
+@pytest.mark.usefixtures("spec_layer")
 def test_name_must_match_folder(skill):
     root = skill("folder-name", front="name: other-name\ndescription: d\n")
     only(fm_problems(root), "must match the folder name 'folder-name'")
@@ -231,6 +246,36 @@ def test_agrees_with_skills_ref(tmp_path):
         theirs = skills_ref.validate(root)
         ours = fm_problems(root)
         assert bool(theirs) == bool(ours), (case_id, theirs, ours)
+
+
+def test_both_spec_layers_print_the_same_lines(tmp_path, monkeypatch):
+    """skills-ref judging or the fallback alone: the same lines, on the real SKILL.md and on
+    every broken case, including the ones where this project is stricter."""
+    pytest.importorskip("skills_ref")
+    folders = [(REPO, "pytorch-fsdp")]  # a checkout's folder may be named anything
+    for i, case in enumerate(FRONT_CASES):
+        folders.append(
+            (write_skill(tmp_path / f"f{i}", front=case[1].format(n="demo-skill")), None)
+        )
+    for i, (name, _) in enumerate(NAME_CASES):
+        folders.append(
+            (write_skill(tmp_path / f"n{i}", name, front=f"name: {name}\ndescription: d\n"), None)
+        )
+    folders.append((write_skill(tmp_path / "m", front="name: other\ndescription: d\n"), None))
+
+    def run():
+        return [
+            V.validate(root, run_scripts=False, check_torch=False, folder_name=name)
+            for root, name in folders
+        ]
+
+    judged = run()
+    monkeypatch.setitem(sys.modules, "skills_ref", None)
+    assert run() == judged
+    # A fresh clone has not built references/api yet; nothing else may be wrong with it.
+    assert [p for p in judged[0] if "(build output:" not in p] == []
+    broken = [c[2] is not None for c in FRONT_CASES] + [True] * (len(NAME_CASES) + 1)
+    assert [bool(p) for p in judged[1:]] == broken
 
 
 # --------------------------------------------------------------------------- body and paths
@@ -338,7 +383,7 @@ def test_torch_names(skill):
 
 
 def test_torch_not_installed_is_one_line(skill, monkeypatch):
-    monkeypatch.setattr(V, "_torch_version", lambda: None)
+    monkeypatch.setattr(torch_names, "installed_version", lambda: None)
     got = only(V.validate(skill(body=TORCH_BODY), run_scripts=False), "torch is not installed")
     assert "6 torch.* names cannot be checked" in got
 
@@ -347,7 +392,7 @@ def test_torch_broken_is_one_line(skill, monkeypatch):
     def boom():
         raise OSError("libtorch.so: cannot open")
 
-    monkeypatch.setattr(V, "_torch_version", boom)
+    monkeypatch.setattr(torch_names, "installed_version", boom)
     only(V.validate(skill(body=TORCH_BODY), run_scripts=False), "torch does not import (OSError")
 
 
@@ -371,7 +416,7 @@ def test_main_problems(skill, capsys):
 def test_main_default_root_is_judged_by_its_install_name(skill, monkeypatch, capsys):
     # a checkout's folder has whatever name it was cloned under; the installed copy is pytorch-fsdp
     root = skill("any-clone-name", front="name: pytorch-fsdp\ndescription: d\n")
-    monkeypatch.setattr(V, "_default_root", lambda: root)
+    monkeypatch.setenv("FSDP_SKILL_ROOT", str(root))  # what paths.skill_root() answers
     assert V.main(["--no-scripts", "--no-torch"]) == 0
     assert V.main([str(root), "--no-scripts", "--no-torch"]) == 1
     assert "must match the folder name 'any-clone-name'" in capsys.readouterr().out

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from markdown_it import MarkdownIt
+from markdown_it.token import Token
+
 OBJECTS_PREFIX = "<!-- objects:"
 LIST_LIMIT = 15
+_md = MarkdownIt("commonmark")
 
 
 def read_tree(web_dir: Path) -> dict[str, str]:
@@ -19,39 +24,48 @@ def read_tree(web_dir: Path) -> dict[str, str]:
     }
 
 
+def _objects_comment(text: str) -> list[str] | None:
+    """The names an `<!-- objects: a, b -->` line lists; None for any other block."""
+    text = text.strip()
+    if "\n" in text or not (text.startswith(OBJECTS_PREFIX) and text.endswith("-->")):
+        return None
+    return [n.strip() for n in text[len(OBJECTS_PREFIX) : -3].split(",") if n.strip()]
+
+
 def page_objects(markdown: str) -> dict[str, str]:
-    """Object name -> digest of the section that documents it (heading to next heading)."""
+    """Object name -> digest of the section that documents it (heading to next heading).
+
+    Sections are cut at the page's top-level headings as markdown-it reads them, so a `#` line
+    inside a code fence stays in its section. A section documents the objects that its first
+    block, an `<!-- objects: -->` comment, names (as the chunker reads it); the digest covers the
+    section's other lines. The front matter falls in the unnamed part before the first heading.
+    """
+    # markdown-it's line numbers count a lone "\r" as a line break too.
+    markdown = markdown.replace("\r\n", "\n").replace("\r", "\n")
+    lines = markdown.split("\n")
+    tokens = _md.parse(markdown)
+    heads = [t.map for t in tokens if t.type == "heading_open" and t.level == 0 and t.map]
+    # [start, end) of each section's body: the part before the first heading, then one for each
+    # heading, from the line after it to the next heading.
+    starts = [0] + [h[1] for h in heads]
+    ends = [h[0] for h in heads] + [len(lines)]
+    first: dict[int, Token] = {}  # section -> its first block
+    for tok in tokens:
+        if tok.level != 0 or tok.nesting == -1 or not tok.map or tok.type == "heading_open":
+            continue
+        section = bisect.bisect_right(starts, tok.map[0]) - 1
+        if tok.map[0] < ends[section]:
+            first.setdefault(section, tok)
     out: dict[str, str] = {}
-    names: list[str] = []
-    body: list[str] = []
-    in_fence = None
-
-    def close() -> None:
-        if names:
-            digest = hashlib.sha256("\n".join(body).encode("utf-8")).hexdigest()[:16]
-            for n in names:
-                out[n] = digest
-
-    for line in markdown.split("\n"):
-        stripped = line.strip()
-        if stripped.startswith(("```", "~~~")):
-            fence = stripped[:3]
-            in_fence = None if in_fence == fence else (in_fence or fence)
-        if in_fence is None and line.startswith("#"):
-            close()
-            names, body = [], []
+    for section, block in first.items():
+        names = _objects_comment(block.content) if block.type == "html_block" else None
+        if not names:
             continue
-        if (
-            in_fence is None
-            and stripped.startswith(OBJECTS_PREFIX)
-            and stripped.endswith("-->")
-            and not body
-        ):
-            inner = stripped[len(OBJECTS_PREFIX) : -3]
-            names = [n.strip() for n in inner.split(",") if n.strip()]
-            continue
-        body.append(line)
-    close()
+        skip = range(*block.map)
+        body = [lines[i] for i in range(starts[section], ends[section]) if i not in skip]
+        digest = hashlib.sha256("\n".join(body).encode("utf-8")).hexdigest()[:16]
+        for name in names:
+            out[name] = digest
     return out
 
 
@@ -72,7 +86,7 @@ class ChangeReport:
 
     @classmethod
     def empty(cls, pages_total: int, tree: dict[str, str]) -> ChangeReport:
-        objs = set()
+        objs: set[str] = set()
         for text in tree.values():
             objs.update(page_objects(text))
         return cls(pages_total=pages_total, objects_total=len(objs))
@@ -103,7 +117,7 @@ class ChangeReport:
                 lines.append(f"  {label}: " + ", ".join(items[:LIST_LIMIT]) + more)
         return "\n".join(lines)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, object]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
