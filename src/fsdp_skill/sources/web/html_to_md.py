@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from bs4 import BeautifulSoup, Comment, NavigableString, Tag
+from bs4 import BeautifulSoup, Comment, NavigableString, PageElement, Tag
 
 from fsdp_skill.pages import format_page
 
@@ -269,7 +269,7 @@ class _Converter:
         article: Tag,
         anchor_names: dict[str, list[str]] | None,
         api_names: set[str] | None = None,
-    ):
+    ) -> None:
         self.anchor_names = anchor_names
         self.module_sections: dict[int, list[str]] = {}
         self.owned = self._collect_objects(article)
@@ -684,7 +684,7 @@ class _Converter:
             return ""
         return "".join(self.inline(c) for c in tag.children)
 
-    def inline(self, node) -> str:
+    def inline(self, node: PageElement) -> str:
         if isinstance(node, Comment):
             return ""
         if isinstance(node, NavigableString):
