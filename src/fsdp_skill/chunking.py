@@ -4,14 +4,21 @@ A page is split at its headings, then each section is packed from whole blocks (
 list items, tables, code fences) up to a size cap. A code fence is never split. Every chunk
 is self-describing: it carries its breadcrumbs, and a chunk that continues an API entry
 starts with that entry's signature again.
+
+The chunker works on a page's text and knows nothing of where pages live: the caller says what
+each chunk's `path` field holds.
 """
 
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 
 from markdown_it import MarkdownIt
+from markdown_it.token import Token
 
 from fsdp_skill.pages import read_page
-from fsdp_skill.paths import SOURCE_DIRS
 
 MAX_CHARS = 1800
 _md = MarkdownIt("commonmark").enable("table")
@@ -21,9 +28,9 @@ _md = MarkdownIt("commonmark").enable("table")
 class Chunk:
     id: str
     title: str
-    breadcrumbs: list
+    breadcrumbs: list[str]
     url: str
-    objects: list
+    objects: list[str]
     source: str
     torch_version: str
     path: str
@@ -31,7 +38,7 @@ class Chunk:
     page: str = ""
     signature: str = field(default="", repr=False)
 
-    def to_dict(self):
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
@@ -39,19 +46,19 @@ class Chunk:
 class _Section:
     level: int
     title: str
-    crumbs: list
-    objects: list = field(default_factory=list)
+    crumbs: list[str]
+    objects: list[str] = field(default_factory=list)
     anchor: str = ""
-    blocks: list = field(default_factory=list)
+    blocks: list[tuple[str, str]] = field(default_factory=list)  # (kind, text)
 
 
-def slugify(title):
+def slugify(title: str) -> str:
     """GitHub-style heading slug, so guide URLs resolve to the heading on a markdown viewer."""
     keep = "".join(c for c in title.lower().strip() if c.isalnum() or c in " -_")
     return keep.replace(" ", "-")
 
 
-def _comment_fields(html):
+def _comment_fields(html: str) -> dict[str, str]:
     """Read `<!-- objects: a, b -->` / `<!-- anchor: x -->` lines of an html block."""
     found = {}
     for line in html.splitlines():
@@ -63,12 +70,12 @@ def _comment_fields(html):
     return found
 
 
-def _only_comments(html):
+def _only_comments(html: str) -> bool:
     lines = [ln.strip() for ln in html.splitlines() if ln.strip()]
     return bool(lines) and all(ln.startswith("<!--") and ln.endswith("-->") for ln in lines)
 
 
-def _blocks(body):
+def _blocks(body: str) -> Iterator[tuple[str, str, Token]]:
     """Yield (kind, text, token) for each top-level block; list items count as blocks."""
     lines = body.splitlines()
     tokens = _md.parse(body)
@@ -99,7 +106,7 @@ def _blocks(body):
         i += 1
 
 
-def _sections(meta, body):
+def _sections(meta: dict[str, object], body: str) -> list[_Section]:
     root = _Section(level=1, title=meta["title"], crumbs=[meta["title"]])
     sections, stack = [root], [root]
     for kind, text, tok in _blocks(body):
@@ -128,7 +135,7 @@ def _sections(meta, body):
     return sections
 
 
-def _pack(blocks, limit):
+def _pack(blocks: list[tuple[str, str]], limit: int) -> list[list[tuple[str, str]]]:
     """Group consecutive blocks into parts of at most `limit` chars (a big block stays whole)."""
     parts, cur, size = [], [], 0
     for kind, text in blocks:
@@ -145,7 +152,7 @@ def _pack(blocks, limit):
     return parts
 
 
-def _join(blocks):
+def _join(blocks: list[tuple[str, str]]) -> str:
     out = ""
     for n, (kind, text) in enumerate(blocks):
         if n:
@@ -154,18 +161,14 @@ def _join(blocks):
     return out
 
 
-def _page_path(meta, path):
-    """Where the page lives in the skill: the guide's own file (guides nest, e.g. errors/), or
-    references/<source dir>/<page>.md for generated pages, wherever the data dir is."""
-    text = str(path).replace("\\", "/")
-    at = text.rfind("references/guides/")
-    if meta["source"] == "guide" and at >= 0:
-        return text[at:]
-    return f"references/{SOURCE_DIRS.get(meta['source'], meta['source'])}/{meta['page']}.md"
+def chunk_markdown(
+    meta: dict[str, object], body: str, path: str, max_chars: int = MAX_CHARS
+) -> list[Chunk]:
+    """Chunks of one page given its front matter and body.
 
-
-def chunk_markdown(meta, body, path, max_chars=MAX_CHARS):
-    """Chunks of one page given its front matter and body."""
+    `path` is where a reader finds the page (each chunk's `path` field), e.g.
+    references/api/distributed.md.
+    """
     chunks = []
     for sec in _sections(meta, body):
         if not sec.blocks:
@@ -194,7 +197,7 @@ def chunk_markdown(meta, body, path, max_chars=MAX_CHARS):
                     objects=list(sec.objects),
                     source=meta["source"],
                     torch_version=meta["torch_version"],
-                    path=_page_path(meta, path),
+                    path=path,
                     text=text,
                     page=meta["page"],
                     signature=signature,
@@ -204,8 +207,8 @@ def chunk_markdown(meta, body, path, max_chars=MAX_CHARS):
     return chunks
 
 
-def _dedupe_ids(chunks):
-    seen = {}
+def _dedupe_ids(chunks: list[Chunk]) -> None:
+    seen: dict[str, int] = {}
     for c in chunks:
         if c.id in seen:
             seen[c.id] += 1
@@ -214,6 +217,9 @@ def _dedupe_ids(chunks):
             seen[c.id] = 0
 
 
-def chunk_page(path, max_chars=MAX_CHARS):
-    meta, body = read_page(path)
-    return chunk_markdown(meta, body, path, max_chars)
+def chunk_page(
+    file: str | os.PathLike[str], path: str | None = None, max_chars: int = MAX_CHARS
+) -> list[Chunk]:
+    """Chunks of the page file `file`; `path` as in chunk_markdown (default: `file` itself)."""
+    meta, body = read_page(file)
+    return chunk_markdown(meta, body, os.fspath(file) if path is None else path, max_chars)

@@ -19,7 +19,11 @@ class PageError(ValueError):
 
 def read_page(path: str | os.PathLike[str]) -> tuple[dict[str, object], str]:
     """Return (meta, body) of a page file."""
-    text = Path(path).read_text(encoding="utf-8")
+    return parse_page(Path(path).read_text(encoding="utf-8"), path)
+
+
+def parse_page(text: str, path: str | os.PathLike[str]) -> tuple[dict[str, object], str]:
+    """Return (meta, body) of a page's text; `path` names the page in error messages."""
     if not text.startswith("---\n"):
         raise PageError(f"{path}: no YAML front matter (the file must start with '---')")
     end = text.find("\n---\n", 4)
@@ -31,6 +35,8 @@ def read_page(path: str | os.PathLike[str]) -> tuple[dict[str, object], str]:
         raise PageError(
             f"{path}: front matter is not valid YAML ({exc.__class__.__name__})"
         ) from None
+    if not isinstance(meta, dict):
+        raise PageError(f"{path}: front matter is not a mapping of fields")
     missing = [k for k in REQUIRED if not meta.get(k)]
     if missing:
         raise PageError(f"{path}: front matter lacks {', '.join(missing)}")

@@ -3,6 +3,8 @@
 Imported on every query: stdlib `os`/`sys` only (both are loaded by the interpreter anyway).
 """
 
+from __future__ import annotations
+
 import os
 import sys
 
@@ -12,7 +14,7 @@ INDEX_FILE = "index.bin"
 SOURCE_DIRS = {"guide": "guides", "docstring": "api", "web": "web"}
 
 
-def skill_root():
+def skill_root() -> str:
     """The skill folder: $FSDP_SKILL_ROOT, else the nearest folder above this file with SKILL.md.
 
     Works for a checkout (src/fsdp_skill/ -> repo root), an editable install, and an installed
@@ -31,16 +33,21 @@ def skill_root():
     return os.path.join(user_cache_dir(), "skill")
 
 
-def user_cache_dir():
+def user_cache_dir() -> str:
+    """$XDG_CACHE_HOME/pytorch-fsdp-skill, else ~/.cache/pytorch-fsdp-skill, on every platform.
+
+    macOS and Windows get ~/.cache too, not ~/Library/Caches or %LOCALAPPDATA% as platformdirs
+    would give: scripts/search.py runs with no installed dependency, so this stays stdlib-only.
+    """
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "pytorch-fsdp-skill")
 
 
-def references_dir(root=None):
+def references_dir(root: str | None = None) -> str:
     return os.path.join(root or skill_root(), "references")
 
 
-def _writable(path):
+def _writable(path: str) -> bool:
     """True when `path` (or the nearest existing folder above it) accepts new files."""
     while not os.path.exists(path):
         parent = os.path.dirname(path)
@@ -50,7 +57,7 @@ def _writable(path):
     return os.access(path, os.W_OK | os.X_OK)
 
 
-def data_dir(root=None):
+def data_dir(root: str | None = None) -> str:
     """Folder for generated pages (api/, web/) and the index.
 
     $FSDP_SKILL_DATA_DIR wins; else references/ inside the skill when it is writable; else a
@@ -71,15 +78,15 @@ def data_dir(root=None):
 
 # Read-only skill folders whose shipped index was found stale in this process: their data
 # moves to the user cache (see use_cache_for).
-_SHIPPED_STALE = set()
+_SHIPPED_STALE: set[str] = set()
 
 
-def cache_data_dir(root=None):
+def cache_data_dir(root: str | None = None) -> str:
     key = "".join(c if c.isalnum() else "_" for c in os.path.abspath(root or skill_root()))
     return os.path.join(user_cache_dir(), key.strip("_")[-120:])
 
 
-def use_cache_for(root=None):
+def use_cache_for(root: str | None = None) -> bool:
     """Serve this read-only skill from the user cache from now on; False when it is writable
     (or FSDP_SKILL_DATA_DIR is set), so nothing changes."""
     if os.environ.get("FSDP_SKILL_DATA_DIR") or _writable(references_dir(root)):
@@ -88,11 +95,11 @@ def use_cache_for(root=None):
     return True
 
 
-def index_path(root=None):
+def index_path(root: str | None = None) -> str:
     return os.path.join(data_dir(root), "index", INDEX_FILE)
 
 
-def page_dirs(root=None):
+def page_dirs(root: str | None = None) -> dict[str, str]:
     """Folders holding pages, by source: guides ship with the skill, the rest are generated."""
     data = data_dir(root)
     return {
@@ -102,7 +109,7 @@ def page_dirs(root=None):
     }
 
 
-def installed_torch_version():
+def installed_torch_version() -> str | None:
     """torch's version from its dist-info folder name, without importing torch (~1 s).
 
     None when torch is not installed in this interpreter.
@@ -118,28 +125,3 @@ def installed_torch_version():
             if name.startswith("torch-") and name.endswith(".dist-info"):
                 return name[len("torch-") : -len(".dist-info")]
     return None
-
-
-def fingerprint(dirs):
-    """One line per page file (`source/relpath size mtime_ns`), sorted: cheap to recompute on
-    every query (a few dozen stat calls), and any edit, addition or removal changes it."""
-    lines = []
-
-    def walk(folder, rel):
-        try:
-            entries = list(os.scandir(folder))
-        except OSError:
-            return
-        for e in entries:
-            if e.name.startswith("."):
-                continue
-            if e.is_dir():
-                walk(e.path, rel + e.name + "/")
-            elif e.name.endswith(".md"):
-                st = e.stat()
-                lines.append(f"{rel}{e.name}\t{st.st_size}\t{st.st_mtime_ns}")
-
-    for source in sorted(dirs):
-        walk(dirs[source], source + "/")
-    lines.sort()
-    return "\n".join(lines)

@@ -105,8 +105,8 @@ def scraped_chunks(work):
     import threading
     from dataclasses import replace
 
+    from fsdp_skill.build import refresh_web
     from fsdp_skill.sources.web.config import load_config
-    from fsdp_skill.sources.web.scrape import scrape
 
     site = REPO.parent / "shared" / "fixtures" / "pytorch-docs"
     if not (site / "docs").is_dir():
@@ -123,7 +123,7 @@ def scraped_chunks(work):
         cfg = load_config().with_overrides(base_url=f"http://127.0.0.1:{server.server_address[1]}/")
         cfg = replace(cfg, client=replace(cfg.client, min_interval_s=0.0))
         refs = work / "refs"
-        scrape(cfg, refs, log=lambda m: None)
+        refresh_web(cfg, refs, log=lambda m: None)
     finally:
         server.shutdown()
     dirs = dict(paths.page_dirs(), web=str(refs / "web"))

@@ -18,8 +18,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from fsdp_skill.build import refresh_web as scrape
 from fsdp_skill.sources.web.config import load_config
-from fsdp_skill.sources.web.scrape import scrape
 
 SITE = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "pytorch-docs"
 

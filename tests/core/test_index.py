@@ -1,4 +1,5 @@
-"""The index file: its scores equal rank-bm25's, and damage is detected."""
+"""What goes into the index (the default view's flags), and the index file: its scores equal
+rank-bm25's, and damage is detected."""
 
 import math
 import random
@@ -6,8 +7,9 @@ import random
 import pytest
 import rank_bm25
 
+from fsdp_skill import view
 from fsdp_skill.index import builder
-from fsdp_skill.index.store import Index, IndexError_, write_index
+from fsdp_skill.index.store import Index, IndexFileError, write_index
 
 WORDS = (
     "shard gradient fsdp ddp join uneven hook mesh tensor all_reduce barrier checkpoint save load "
@@ -83,7 +85,7 @@ def test_damaged_index_is_detected(tmp_path, damage):
         path.write_bytes(b"")
     else:
         path.write_bytes(raw.replace(b"n_docs=", b"n_dox=", 1))
-    with pytest.raises(IndexError_):
+    with pytest.raises(IndexFileError):
         Index(str(path))
 
 
@@ -94,3 +96,41 @@ def test_write_is_atomic_on_failure(tmp_path):
         write_index(str(path), {}, {"t": (0.0, [(0, "not a float")])}, [], "s")
     assert path.read_bytes() == b"old"
     assert [p.name for p in tmp_path.iterdir()] == ["i.bin"]
+
+
+def _chunk(source, page, torch_version="2.13.0"):
+    return {"source": source, "page": page, "torch_version": torch_version, "flags": "x"}
+
+
+def test_view_scraped_pages_shadow_docstring_pages_of_the_same_page():
+    chunks = {
+        "guide": [_chunk("guide", "distributed")],
+        "web": [_chunk("web", "distributed", "2.13"), _chunk("web", "notes/fsdp", "2.13")],
+        "docstring": [_chunk("docstring", "distributed"), _chunk("docstring", "fsdp")],
+    }
+    assert view.assign_flags(chunks, "2.13.0+cpu") == set()
+    flags = {(c["source"], c["page"]): c["flags"] for cs in chunks.values() for c in cs}
+    assert flags == {
+        ("guide", "distributed"): "",  # guides are never shadowed, even by a page of that key
+        ("web", "distributed"): "",
+        ("web", "notes/fsdp"): "",
+        ("docstring", "distributed"): "shadowed",
+        ("docstring", "fsdp"): "",  # no scraped page of that key
+    }
+
+
+def test_view_scraped_pages_of_another_release_are_stale_and_shadow_nothing():
+    chunks = {
+        "web": [_chunk("web", "distributed", "1.9"), _chunk("web", "fsdp", "2.13")],
+        "docstring": [_chunk("docstring", "distributed"), _chunk("docstring", "fsdp")],
+    }
+    assert view.assign_flags(chunks, "2.13.0") == {"1.9"}
+    assert [c["flags"] for c in chunks["web"]] == ["stale", ""]
+    assert [c["flags"] for c in chunks["docstring"]] == ["", "shadowed"]
+
+
+def test_view_without_api_pages_no_scraped_page_is_stale():
+    chunks = {"web": [_chunk("web", "distributed", "1.9")]}
+    assert view.assign_flags(chunks, None) == set()
+    assert chunks["web"][0]["flags"] == ""
+    assert view.release("2.13.0+cu126") == "2.13" and view.release("2.13") == "2.13"

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from fsdp_skill import files
 from fsdp_skill.sources.web.config import ClientSettings, parse_config
 
 PAGE = """<!DOCTYPE html><html><head><meta charset="utf-8"><title>{title} &#8212; PyTorch 2.13 documentation</title></head>
@@ -179,10 +180,6 @@ def watch_renames(monkeypatch, check) -> dict:
 
     monkeypatch.setattr(os, "rename", wrap(os.rename))
     monkeypatch.setattr(os, "replace", wrap(os.replace))
-    try:
-        from fsdp_skill import files
-    except ImportError:  # a tree without the atomic swap: the renames alone are watched
-        return calls
     monkeypatch.setattr(files, "exchange", wrap(files.exchange))
     return calls
 

@@ -70,14 +70,14 @@ def _sections(index):
 )
 def test_a_flip_in_each_section_is_detected(data_copy, section):
     # Queries check what they read; verify() reads everything, so every flip must surface.
-    from fsdp_skill.index.store import Index, IndexError_
+    from fsdp_skill.index.store import Index, IndexFileError
 
     index = data_copy / "index" / "index.bin"
     off, size = _sections(index)[section]
     _flip(index, off + size // 2, 0x5A)
     idx = Index(str(index))
     try:
-        with pytest.raises(IndexError_):
+        with pytest.raises(IndexFileError):
             idx.verify()
     finally:
         idx.close()
@@ -209,3 +209,21 @@ def test_read_only_skill_with_a_stale_index_uses_the_cache(tmp_path, monkeypatch
     results, _ = run_query("fully_shard", root=str(skill), k=3)
     assert results and index.read_bytes() == before
     assert list((tmp_path / "cache").rglob("index.bin")), "no index was built in the user cache"
+
+
+def test_a_rebuild_puts_back_pages_a_killed_scrape_moved_aside(data_copy, run_search):
+    # Without an atomic folder swap, a scrape killed between its two renames leaves web/
+    # missing and the previous tree in its stage folder. Scrapes and builds share one lock,
+    # so the next rebuild, here a search's, puts the tree back before it indexes.
+    old = data_copy / ".scrape-dead0001" / "old-web"
+    old.mkdir(parents=True)
+    (old / "zorblax.md").write_text(
+        "---\ntitle: Z\nurl: https://docs.pytorch.org/docs/2.13/zorblax.html\nsource: web\n"
+        "torch_version: '2.13'\npage: zorblax\n---\n# Z\n\n## Zorblax section\n\nzorblax words.\n"
+    )
+    (data_copy / "index" / "index.bin").unlink()
+    r = run_search(["zorblax", "--json", "--source", "web"], data_copy)
+    assert r.returncode == 0, r.stderr
+    assert (data_copy / "web" / "zorblax.md").is_file()
+    assert not (data_copy / ".scrape-dead0001").exists()
+    assert json.loads(r.stdout)["results"]

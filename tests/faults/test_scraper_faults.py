@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 from fault_helpers import CLIENT, fake_builder, inventory, site, tree, watch_renames  # noqa: F401 (site: fixture)
 
+from fsdp_skill.build import refresh_web
+from fsdp_skill.scrape_cli import main as scrape_main
 from fsdp_skill.sources.web import html_to_md
-from fsdp_skill.sources.web.cli import main as scrape_main
 from fsdp_skill.sources.web.inventory import InventoryError, parse_inventory
-from fsdp_skill.sources.web.scrape import ScrapeError, scrape
+from fsdp_skill.sources.web.scrape import ScrapeError
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -26,8 +27,7 @@ REPO = HERE.parents[1]
 
 def run_scrape(site, refs, **kw):
     kw.setdefault("index_builder", fake_builder)
-    kw.setdefault("chunker", None)
-    return scrape(site.config, refs, log=lambda m: None, **kw)
+    return refresh_web(site.config, refs, log=lambda m: None, **kw)
 
 
 @pytest.fixture
@@ -254,8 +254,8 @@ KILLED_SCRAPE = textwrap.dedent("""
     sys.path[:0] = [{here!r}]
     from fault_helpers import CLIENT, fake_builder
     from fsdp_skill import files
+    from fsdp_skill.build import refresh_web
     from fsdp_skill.sources.web.config import parse_config
-    from fsdp_skill.sources.web.scrape import scrape
     web = os.path.join({refs!r}, "web")
     real = files.exchange
     def exchange(a, b):
@@ -268,7 +268,7 @@ KILLED_SCRAPE = textwrap.dedent("""
                         "docs_base": "docs/{{version}}/", "tutorials_base": "tutorials/",
                         "pages": [{{"page": n, "category": "reference"}} for n in ("alpha", "beta")]}})
     cfg = replace(cfg.with_overrides(base_url={url!r}), client=CLIENT)
-    scrape(cfg, {refs!r}, index_builder=fake_builder, chunker=None, log=lambda m: None)
+    refresh_web(cfg, {refs!r}, index_builder=fake_builder, log=lambda m: None)
     sys.exit(3)  # not reached: the kill comes first
 """)
 
@@ -311,7 +311,7 @@ def test_stage_folders_of_a_killed_run_are_removed(site, refs):
     with pytest.raises(ScrapeError):
         run_scrape(site, refs)
     assert (refs / "web" / "alpha.md").read_text().count("First version.") == 1  # ... web is back
-    left = {p.name for p in refs.iterdir() if p.name.startswith(".scrape")} - {".scrape.lock"}
+    left = {p.name for p in refs.iterdir() if p.name.startswith(".scrape")}
     assert left == {".scrape-notours.txt"}
 
 
@@ -332,7 +332,7 @@ def test_index_dir_keeps_files_it_did_not_write(site, refs, tmp_path):
 
 
 def test_failed_index_swap_restores_web_and_index(site, refs, tmp_path, monkeypatch):
-    from fsdp_skill.sources.web import scrape as scrape_mod
+    from fsdp_skill import build as build_mod
 
     index_dir = tmp_path / "my-index"
     index_dir.mkdir()
@@ -340,7 +340,7 @@ def test_failed_index_swap_restores_web_and_index(site, refs, tmp_path, monkeypa
     run_scrape(site, refs, index_dir=index_dir)
     site.prose = "Third version."
     before_web, before_index = tree(refs / "web"), tree(index_dir)
-    real = scrape_mod.os.replace
+    real = build_mod.os.replace
     seen = {"n": 0}
 
     def flaky(src, dst):
@@ -350,7 +350,23 @@ def test_failed_index_swap_restores_web_and_index(site, refs, tmp_path, monkeypa
                 raise OSError(28, "No space left on device", str(dst))
         return real(src, dst)
 
-    monkeypatch.setattr(scrape_mod.os, "replace", flaky)
+    monkeypatch.setattr(build_mod.os, "replace", flaky)
     with pytest.raises(ScrapeError, match="could not swap in the new index: .*No space left"):
         run_scrape(site, refs, index_dir=index_dir)
     assert tree(refs / "web") == before_web and tree(index_dir) == before_index
+
+
+def test_a_scrape_takes_the_build_lock(site, refs, monkeypatch):
+    # One lock for the pages and the index of a data folder: a scrape waits for a build that
+    # holds it (here one that never ends, so the wait is cut at the limit) and changes nothing.
+    from filelock import FileLock
+
+    from fsdp_skill.build import BuildError
+
+    monkeypatch.setenv("FSDP_SKILL_LOCK_TIMEOUT_S", "0.5")
+    before = tree(refs)
+    with FileLock(str(refs / ".build.lock")):
+        with pytest.raises(BuildError, match=r"another process has held .*\.build\.lock"):
+            run_scrape(site, refs)
+    assert tree(refs) == before
+    assert [p.name for p in refs.iterdir() if p.name.endswith(".lock")] == [".build.lock"]

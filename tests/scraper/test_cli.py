@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fsdp_skill.sources.web.cli import main
+from fsdp_skill.scrape_cli import main
 from fsdp_skill.sources.web.config import load_config
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from fsdp_skill.build import refresh_web
+from fsdp_skill.chunking import chunk_page
 from fsdp_skill.sources.web.inventory import parse_inventory
-from fsdp_skill.sources.web.scrape import default_chunker, scrape
 
 FURNITURE = [
     "[source]",
@@ -28,7 +29,7 @@ FURNITURE = [
 @pytest.fixture(scope="module")
 def scraped(site_config, tmp_path_factory):
     refs = tmp_path_factory.mktemp("refs")
-    result = scrape(site_config, refs, log=lambda m: None)
+    result = refresh_web(site_config, refs, log=lambda m: None)
     return refs, result
 
 
@@ -120,9 +121,6 @@ def test_prose_pages_and_tables(scraped):
 def test_every_inventory_object_is_carried_by_a_chunk(scraped, site_config, fixture_site):
     refs, result = scraped
     assert result.uncovered == {}
-    chunk_page = default_chunker()
-    if chunk_page is None:
-        pytest.skip("fsdp_skill.chunking not available")
     inv = parse_inventory(
         (fixture_site / "docs/2.13/objects.inv").read_bytes(), "https://docs.pytorch.org/docs/2.13/"
     ).by_page()
@@ -141,7 +139,7 @@ def test_every_inventory_object_is_carried_by_a_chunk(scraped, site_config, fixt
 def test_refresh_without_changes_is_all_304_and_rewrites_nothing(scraped, site_config):
     refs, _ = scraped
     stamps = {p: (p.stat().st_mtime_ns, p.stat().st_ino) for p in refs.rglob("*") if p.is_file()}
-    result = scrape(site_config, refs, log=lambda m: None)
+    result = refresh_web(site_config, refs, log=lambda m: None)
     assert not result.changed
     assert result.not_modified == result.pages
     assert result.requests == result.pages + 2  # + both objects.inv

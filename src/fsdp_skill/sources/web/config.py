@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import math
-import os
 import re
-import stat
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import yaml
+
+from fsdp_skill import files
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "data" / "scrape.yaml"
 TUTORIALS_PREFIX = "tutorials/"
@@ -147,27 +147,14 @@ def _check_client(client: ClientSettings, where: str) -> None:
         raise ConfigError(f"{where}: client setting user_agent must not be empty")
 
 
+# A FIFO, a device or a huge file given as --config is refused instead of read forever.
 MAX_CONFIG_BYTES = 1024 * 1024
-
-
-def _read_capped(path: Path) -> bytes:
-    """The file's bytes; a FIFO, a device or a huge file is refused instead of read forever."""
-    # O_NONBLOCK: opening a FIFO must not wait for a writer; fstat then sees what was opened.
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise OSError("not a regular file")
-        data = fh.read(MAX_CONFIG_BYTES + 1)
-    if len(data) > MAX_CONFIG_BYTES:
-        raise OSError(f"larger than {MAX_CONFIG_BYTES // 1024} KiB")
-    return data
 
 
 def load_config(path: Path | None = None) -> ScrapeConfig:
     path = Path(path) if path else DEFAULT_CONFIG
     try:
-        raw = yaml.safe_load(_read_capped(path).decode("utf-8"))
+        raw = yaml.safe_load(files.read_capped(path, MAX_CONFIG_BYTES).decode("utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path}") from None
     except (OSError, UnicodeDecodeError) as exc:

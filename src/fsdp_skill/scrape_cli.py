@@ -1,42 +1,25 @@
-"""`fsdp-skill scrape`: refresh references/web from docs.pytorch.org (or a mirror)."""
+"""`fsdp-skill scrape`: refresh references/web from docs.pytorch.org (or a mirror), then the index.
+
+The command sits beside the pipeline driver rather than in sources/web/: the scraper there only
+produces pages, and fsdp_skill.build.refresh_web checks, indexes and swaps them in.
+"""
 
 from __future__ import annotations
 
 import argparse
-import functools
 import sys
 from pathlib import Path
 
+from fsdp_skill import paths
 from fsdp_skill.argparsing import OneLineParser
+from fsdp_skill.build import BuildError, refresh_web
 from fsdp_skill.sources.web.config import ConfigError, load_config
 from fsdp_skill.sources.web.fetch import FetchError
 from fsdp_skill.sources.web.html_to_md import ConversionError
 from fsdp_skill.sources.web.inventory import InventoryError
-from fsdp_skill.sources.web.scrape import ScrapeError, default_index_builder, scrape
+from fsdp_skill.sources.web.scrape import ScrapeError
 
 PROG = "fsdp-skill scrape"
-
-
-def _default_references() -> Path:
-    from fsdp_skill import paths  # the skill's layout: $FSDP_SKILL_DATA_DIR, references/, ...
-
-    return Path(paths.data_dir())
-
-
-def _index_builder(refs: Path):
-    """The lead's build_index, reading guides from the skill even when refs is a data dir."""
-    builder = default_index_builder()
-    if builder is None:
-        return None
-    try:
-        from fsdp_skill import paths
-
-        guides = Path(paths.page_dirs()["guide"])
-    except (ImportError, KeyError):
-        return builder
-    if guides == refs / "guides" or not guides.is_dir():
-        return builder
-    return functools.partial(builder, guides_dir=guides)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -67,6 +50,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _skill_guides() -> Path | None:
+    """The skill's own guides, indexed with the new pages even when --references is a data
+    folder elsewhere (FSDP_SKILL_DATA_DIR, the user cache)."""
+    guides = Path(paths.page_dirs()["guide"])
+    return guides if guides.is_dir() else None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -79,15 +69,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     try:
-        refs = args.references or _default_references()
-        result = scrape(
+        result = refresh_web(
             cfg,
-            refs,
+            args.references or Path(paths.data_dir()),
             cache_dir=args.cache_dir,
             index_dir=args.index_dir,
-            index_builder=_index_builder(refs),
+            guides_dir=_skill_guides(),
         )
-    except (ConfigError, ScrapeError, FetchError, ConversionError, InventoryError, OSError) as exc:
+    except (
+        BuildError,
+        ConfigError,
+        ScrapeError,
+        FetchError,
+        ConversionError,
+        InventoryError,
+        OSError,
+    ) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
