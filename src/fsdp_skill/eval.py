@@ -19,14 +19,19 @@ what `scripts/search.py QUESTION` prints) when every group has at least one alte
 (case-insensitive, whitespace-insensitive substring). A question is answered when all its facts are.
 """
 
+from __future__ import annotations
+
+import os
 import sys
 import warnings
 from collections import defaultdict
-from pathlib import Path
+from collections.abc import Callable
 
 import yaml
 
-from fsdp_skill.argparsing import OneLineParser
+from fsdp_skill import files
+from fsdp_skill.argparsing import OneLineParser, positive_int
+from fsdp_skill.search.cli import SOURCES, default_output
 
 K_VALUES = (1, 5, 10)
 
@@ -37,24 +42,17 @@ class QuestionFileError(ValueError):
 
 MAX_FILE_BYTES = 8 * 1024 * 1024
 
-
-def _read_text(path):
-    """The file's text; a FIFO, a device or an oversized file is refused before reading."""
-    import os
-    import stat
-
-    st = os.stat(path)
-    if not stat.S_ISREG(st.st_mode):
-        raise QuestionFileError(f"{path} is not a regular file")
-    if st.st_size > MAX_FILE_BYTES:
-        raise QuestionFileError(f"{path} is larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB")
-    return Path(path).read_text(encoding="utf-8")
+Question = dict[str, object]
+Row = dict[str, object]
 
 
-def load_questions(path):
+def load_questions(path: str | os.PathLike[str]) -> list[Question]:
     try:
-        data = yaml.safe_load(_read_text(path))
+        # A FIFO, a device or an oversized file is refused before it is read.
+        data = yaml.safe_load(files.read_capped(path, MAX_FILE_BYTES).decode("utf-8"))
     except OSError as exc:
+        if exc.errno is None:  # read_capped's refusal: "is a FIFO, not a regular file", ...
+            raise QuestionFileError(f"{path} {exc}") from None
         raise QuestionFileError(f"cannot read {path}: {exc.strerror}") from None
     except RecursionError:
         raise QuestionFileError(f"{path} nests too deeply") from None
@@ -90,7 +88,7 @@ def load_questions(path):
 KINDS = ("error", "howto")
 
 
-def _check_answer_fields(path, q):
+def _check_answer_fields(path: str | os.PathLike[str], q: Question) -> None:
     """One-line errors naming the question and field for a malformed kind/answer_facts."""
     where = f"{path}: question {q['id']!r}"
     if "kind" in q and q["kind"] not in KINDS:
@@ -117,29 +115,31 @@ def _check_answer_fields(path, q):
             )
 
 
-def _norm(text):
+def _norm(text: str) -> str:
     return " ".join(text.lower().split())
 
 
-def answer_text(output):
+def answer_text(output: str) -> str:
     """The output without typed API signature lines: a parameter named in a signature
     (`sync_module_states: bool = False`) tells the reader nothing about what it does."""
     return "\n".join(line for line in output.splitlines() if not _is_signature(line))
 
 
-def _is_signature(line):
+def _is_signature(line: str) -> bool:
     if not line.startswith(("class torch.", "torch.")) or "(" not in line:
         return False
     params = line.split("(", 1)[1]
     return ": " in params or " -> " in line
 
 
-def fact_covered(fact, output):
+def fact_covered(fact: dict[str, object], output: str) -> bool:
     """True when every term group of `fact` has an alternative in `output` (already _norm-ed)."""
     return all(any(_norm(t) in output for t in group) for group in fact["terms"])
 
 
-def evaluate_answers(questions, output_fn):
+def evaluate_answers(
+    questions: list[Question], output_fn: Callable[[str], str]
+) -> dict[str, object]:
     """Answer coverage of `output_fn(question) -> printed text` over the questions with facts."""
     rows = []
     for q in questions:
@@ -172,7 +172,7 @@ def evaluate_answers(questions, output_fn):
     }
 
 
-def _answer_metrics(rows):
+def _answer_metrics(rows: list[Row]) -> dict[str, object]:
     facts = [f["covered"] for r in rows for f in r["facts"]]
     return {
         "n": len(rows),
@@ -185,7 +185,7 @@ def _answer_metrics(rows):
     }
 
 
-def format_answers(report, show_output=False):
+def format_answers(report: dict[str, object], show_output: bool = False) -> str:
     cols = ["n", "facts", "facts_stated", "fully_answered", "max_chars"]
     lines = ["| group | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
     for name, m in report["groups"].items():
@@ -205,24 +205,24 @@ def format_answers(report, show_output=False):
 class Judge:
     """Decides relevance by object identity, caching resolutions."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         from fsdp_skill import apinames
 
         self._api = apinames
         self._cache = {}
 
-    def _resolve(self, name):
+    def _resolve(self, name: str) -> object:
         if name not in self._cache:
             self._cache[name] = self._api.resolve(name)
         return self._cache[name]
 
-    def relevant(self, objects, labels):
+    def relevant(self, objects: list[str], labels: list[str]) -> bool:
         with warnings.catch_warnings():
             # Resolving deprecated aliases (torch.distributed.reduce_op) warns; irrelevant here.
             warnings.simplefilter("ignore")
             return self._relevant(objects, labels)
 
-    def _relevant(self, objects, labels):
+    def _relevant(self, objects: list[str], labels: list[str]) -> bool:
         for o in objects:
             for label in labels:
                 if o == label:
@@ -233,7 +233,12 @@ class Judge:
         return False
 
 
-def evaluate(questions, search_fn, k=10, judge=None):
+def evaluate(
+    questions: list[Question],
+    search_fn: Callable[[str], list[dict[str, object]]],
+    k: int = 10,
+    judge: Judge | None = None,
+) -> dict[str, object]:
     """Run `search_fn(question) -> [result dict]` over the questions; returns the report dict."""
     judge = judge or Judge()
     rows = []
@@ -271,7 +276,7 @@ def evaluate(questions, search_fn, k=10, judge=None):
     }
 
 
-def _metrics(rows):
+def _metrics(rows: list[Row]) -> dict[str, object]:
     n = len(rows) or 1
     out = {"n": len(rows)}
     for k in K_VALUES:
@@ -293,7 +298,7 @@ def _metrics(rows):
     return out
 
 
-def format_report(report):
+def format_report(report: dict[str, object]) -> str:
     cols = ["n", "recall@1", "recall@5", "recall@10", "mrr@10", "median_chars_to_answer"]
     lines = ["| topic | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
     for name, m in list(report["topics"].items()) + [("**overall**", report["overall"])]:
@@ -309,7 +314,7 @@ def format_report(report):
     return "\n".join(lines) + "\n"
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     p = OneLineParser(
         prog="fsdp-skill eval", description="Measure search quality on labelled questions."
     )
@@ -318,9 +323,11 @@ def main(argv=None):
         required=True,
         help="YAML file: questions: [{id, question, relevant, topic, source}]",
     )
-    p.add_argument("--k", type=int, default=10, help="results considered per question (default 10)")
+    p.add_argument(
+        "--k", type=positive_int, default=10, help="results considered per question (default 10)"
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.add_argument("--source", choices=("web", "docstring", "guide"), help="search one source only")
+    p.add_argument("--source", choices=SOURCES, help="search one source only")
     p.add_argument(
         "--answers",
         action="store_true",
@@ -331,9 +338,6 @@ def main(argv=None):
         "--show-output", action="store_true", help="with --answers: print each output too"
     )
     args = p.parse_args(argv)
-    if args.k < 1:
-        print("fsdp-skill eval: error: --k must be at least 1", file=sys.stderr)
-        return 2
     try:
         questions = load_questions(args.questions)
     except QuestionFileError as exc:
@@ -348,8 +352,6 @@ def main(argv=None):
         return 1
     try:
         if args.answers:
-            from fsdp_skill.search.cli import default_output
-
             report = evaluate_answers(
                 questions, lambda q: default_output(index, q, source=args.source)
             )

@@ -3,8 +3,8 @@
 import pytest
 
 from fsdp_skill.eval import QuestionFileError, _norm, evaluate_answers, fact_covered, load_questions
-from fsdp_skill.search.cli import excerpt, render_markdown
 from fsdp_skill.search.engine import _guides_first, condense_query
+from fsdp_skill.search.render import excerpt, render_markdown
 
 FACT = {
     "fact": "static_graph only for a fixed unused set",

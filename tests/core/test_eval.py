@@ -61,6 +61,23 @@ def test_bad_question_files(tmp_path, content, message):
         load_questions(f)
 
 
+def test_unreadable_question_files_are_one_line_errors(tmp_path, monkeypatch):
+    fifo = tmp_path / "q.yaml"
+    os.mkfifo(fifo)  # opening it for reading would wait for a writer forever
+    with pytest.raises(QuestionFileError, match=r"q\.yaml is a FIFO, not a regular file"):
+        load_questions(fifo)
+    with pytest.raises(QuestionFileError, match="cannot read .*none.yaml: No such file"):
+        load_questions(tmp_path / "none.yaml")
+    (tmp_path / "bad.yaml").write_bytes(b"questions: \xff\n")
+    with pytest.raises(QuestionFileError, match="is not UTF-8 text"):
+        load_questions(tmp_path / "bad.yaml")
+    big = tmp_path / "big.yaml"
+    big.write_text("questions: [{id: a, question: q, relevant: x}]\n")
+    monkeypatch.setattr("fsdp_skill.eval.MAX_FILE_BYTES", 10)
+    with pytest.raises(QuestionFileError, match=r"big\.yaml is larger than 10 bytes"):
+        load_questions(big)
+
+
 def test_dev_set_is_well_formed():
     qs = load_questions(DEV)
     assert len(qs) >= 50

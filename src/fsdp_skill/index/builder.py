@@ -5,10 +5,19 @@ term and the document, so every weight is computed here once, with rank-bm25's o
 (idf, document lengths), and the query path just adds them up.
 """
 
+from __future__ import annotations
+
 import math
+import os
 
 from fsdp_skill.index.store import write_index
 from fsdp_skill.index.tokenization import tokenize
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from rank_bm25 import BM25
 
 # Field weights: a chunk's title and the API names it documents say what it is about far
 # more reliably than any one word of its body.
@@ -25,7 +34,9 @@ DEFAULT_VARIANT = "plus"
 PROSE_PRIOR = 0.8
 
 
-def name_tokens(name, weight, tokenize=tokenize):
+def name_tokens(
+    name: str, weight: int, tokenize: Callable[[str], list[str]] = tokenize
+) -> list[str]:
     """Tokens of a qualified API name: its own name (last component) counts `weight` times, its
     module path once. Every object of `powerSGD_hook.py` shares the path `...powerSGD_hook`;
     weighting the path as much as the name would make them all look like `powerSGD_hook`."""
@@ -37,7 +48,11 @@ def name_tokens(name, weight, tokenize=tokenize):
     return tokens
 
 
-def doc_tokens(chunk, weights=FIELD_WEIGHTS, tokenize=tokenize):
+def doc_tokens(
+    chunk: dict[str, object],
+    weights: dict[str, int] = FIELD_WEIGHTS,
+    tokenize: Callable[[str], list[str]] = tokenize,
+) -> list[str]:
     """The token stream BM25 sees for a chunk: fields repeated by their weight."""
     tokens = []
     title = chunk["title"]
@@ -53,14 +68,16 @@ def doc_tokens(chunk, weights=FIELD_WEIGHTS, tokenize=tokenize):
     return tokens
 
 
-def make_bm25(corpus_tokens, variant=DEFAULT_VARIANT):
+def make_bm25(corpus_tokens: list[list[str]], variant: str = DEFAULT_VARIANT) -> BM25:
     import rank_bm25
 
     cls_name, params = VARIANTS[variant]
     return getattr(rank_bm25, cls_name)(corpus_tokens, **params)
 
 
-def term_weights(bm25, variant=DEFAULT_VARIANT):
+def term_weights(
+    bm25: BM25, variant: str = DEFAULT_VARIANT
+) -> dict[str, tuple[float, list[tuple[int, float]]]]:
     """{term: (default, [(doc, weight)])}, replaying rank-bm25's get_scores formula per term.
 
     `default` is the weight of a document without the term: 0 for Okapi and L, idf*delta for
@@ -99,15 +116,15 @@ def term_weights(bm25, variant=DEFAULT_VARIANT):
 
 
 def build(
-    chunks,
-    path,
-    header,
-    stamp,
-    variant=DEFAULT_VARIANT,
-    weights=FIELD_WEIGHTS,
-    tokenizer=tokenize,
-    prose_prior=PROSE_PRIOR,
-):
+    chunks: list[dict[str, object]],
+    path: str | os.PathLike[str],
+    header: dict[str, str],
+    stamp: str,
+    variant: str = DEFAULT_VARIANT,
+    weights: dict[str, int] = FIELD_WEIGHTS,
+    tokenizer: Callable[[str], list[str]] = tokenize,
+    prose_prior: float = PROSE_PRIOR,
+) -> int:
     """Index `chunks` (dicts) into the file at `path`; returns the number of terms.
 
     `variant`, `weights` and `tokenizer` are switchable so the quality benchmark can measure

@@ -15,17 +15,26 @@ Layout of `index.bin` (all integers native-endian; the header records the byte o
 
 Integrity: the header holds the CRC-32 of every section read whole (vocab, docoffs, priors,
 doccrc, stamp); each vocab line carries the CRC-32 of its postings and doccrc that of each
-record. Every read is checked, so a flipped byte anywhere is an IndexError_ (and a rebuild),
+record. Every read is checked, so a flipped byte anywhere is an IndexFileError (and a rebuild),
 never a wrong answer, at the cost of checksumming only the bytes a query reads.
 
 A query reads the header and vocab, a few postings and the records of the top hits: a few
 hundred microseconds, where loading rank-bm25 (numpy) would take ~100 ms.
+
+Why a hand-written format: every question is a fresh process, and numpy (bm25s, rank-bm25) or
+sqlite3 cost more to import than this whole search; SQLite FTS5 cannot weight query terms.
 """
+
+from __future__ import annotations
 
 import os
 import stat
 import sys
 from zlib import crc32
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 MAGIC = b"FSDPIDX1\n"
 FORMAT = "3"
@@ -46,17 +55,18 @@ FIELDS = (
 )
 LIST_FIELDS = ("breadcrumbs", "objects")
 US, RS = "\x1f", "\x1e"
+HEADER_MAX = 8192  # bytes the reader takes in one read to find the header (magic included)
 
 
-class IndexError_(Exception):
+class IndexFileError(Exception):
     """The index file is missing, truncated, corrupt or of another format."""
 
 
-def _clean(value):
+def _clean(value: str) -> str:
     return value.replace(US, " ").replace(RS, " ")
 
 
-def encode_record(doc):
+def encode_record(doc: dict[str, object]) -> bytes:
     parts = []
     for name in FIELDS:
         value = doc.get(name, "")
@@ -67,20 +77,27 @@ def encode_record(doc):
     return US.join(parts).encode("utf-8")
 
 
-def decode_record(raw):
+def decode_record(raw: bytes) -> dict[str, object]:
     try:
         values = raw.decode("utf-8").split(US)
     except UnicodeDecodeError:
-        raise IndexError_("index record is not UTF-8 (corrupt index)") from None
+        raise IndexFileError("index record is not UTF-8 (corrupt index)") from None
     if len(values) != len(FIELDS):
-        raise IndexError_("index record has the wrong number of fields")
+        raise IndexFileError("index record has the wrong number of fields")
     doc = dict(zip(FIELDS, values))
     for name in LIST_FIELDS:
         doc[name] = doc[name].split(RS) if doc[name] else []
     return doc
 
 
-def write_index(path, header, postings, docs, stamp, priors=None):
+def write_index(
+    path: str | os.PathLike[str],
+    header: dict[str, str],
+    postings: dict[str, tuple[float, list[tuple[int, float]]]],
+    docs: list[dict[str, object]],
+    stamp: str,
+    priors: list[float] | None = None,
+) -> None:
     """Write the index to `path` atomically.
 
     postings: {term: (default, [(doc, weight), ...])}; docs: list of record dicts;
@@ -132,13 +149,15 @@ def write_index(path, header, postings, docs, stamp, priors=None):
     for name, size in sizes:
         head[f"{name}_off"], head[f"{name}_len"] = f"{pos:012d}", f"{size:012d}"
         pos += size
+    if base > HEADER_MAX:
+        raise ValueError(f"index header is {base} bytes; the reader takes at most {HEADER_MAX}")
     blob = MAGIC + _header_bytes(head) + b"".join(body[name] for name in SECTIONS)
     from fsdp_skill import files  # build side only: keeps its imports off the query path
 
     files.write_bytes(path, blob)
 
 
-def _header_bytes(head):
+def _header_bytes(head: dict[str, str]) -> bytes:
     for k, v in head.items():
         if "\n" in str(v) or "=" in k:
             raise ValueError(f"bad header entry {k!r}")
@@ -148,15 +167,15 @@ def _header_bytes(head):
 class Index:
     """Read side. Opening parses the header only; everything else is read on demand."""
 
-    def __init__(self, path):
+    def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = path
         try:
             # A FIFO or device in its place would block open() or read without end.
             if not stat.S_ISREG(os.stat(path).st_mode):
-                raise IndexError_(f"{path} is not a regular file")
+                raise IndexFileError(f"{path} is not a regular file")
             self._f = open(path, "rb")
         except OSError as exc:
-            raise IndexError_(f"cannot open index {path}: {exc.strerror}") from None
+            raise IndexFileError(f"cannot open index {path}: {exc.strerror}") from None
         try:
             self._open_header()
         except BaseException:
@@ -167,20 +186,20 @@ class Index:
         self._priors = None
         self._doccrc = None
 
-    def _open_header(self):
+    def _open_header(self) -> None:
         path = self.path
-        head = self._f.read(8192)
+        head = self._f.read(HEADER_MAX)
         if not head.startswith(MAGIC):
-            raise IndexError_(f"{path} is not an fsdp-skill index (bad magic)")
+            raise IndexFileError(f"{path} is not an fsdp-skill index (bad magic)")
         end = head.find(b"\n\n", len(MAGIC) - 1)
         if end < 0:
-            raise IndexError_(f"{path}: index header is truncated")
+            raise IndexFileError(f"{path}: index header is truncated")
         try:
             self.header = dict(
                 line.split("=", 1) for line in head[len(MAGIC) : end].decode("utf-8").splitlines()
             )
             if self.header.get("format") != FORMAT or self.header.get("byteorder") != sys.byteorder:
-                raise IndexError_(f"{path}: index was written in another format or byte order")
+                raise IndexFileError(f"{path}: index was written in another format or byte order")
             self.n_docs = int(self.header["n_docs"])
             self._sec = {
                 name: (int(self.header[f"{name}_off"]), int(self.header[f"{name}_len"]))
@@ -188,43 +207,45 @@ class Index:
             }
             self._crc = {name: int(self.header[f"{name}_crc"]) for name in WHOLE_SECTIONS}
         except (KeyError, ValueError, UnicodeDecodeError):
-            raise IndexError_(f"{path}: index header is corrupt") from None
+            raise IndexFileError(f"{path}: index header is corrupt") from None
         pos = end + 2  # sections start right after the blank line that ends the header
         for name in SECTIONS:
             off, size = self._sec[name]
             if off != pos or size < 0:
-                raise IndexError_(f"{path}: index header is corrupt (section {name})")
+                raise IndexFileError(f"{path}: index header is corrupt (section {name})")
             pos += size
         if self.n_docs < 0 or os.fstat(self._f.fileno()).st_size != pos:
-            raise IndexError_(f"{path}: index file is truncated or has trailing bytes")
+            raise IndexFileError(f"{path}: index file is truncated or has trailing bytes")
 
-    def close(self):
+    def close(self) -> None:
         self._f.close()
 
-    def _read(self, section, start=0, size=None):
+    def _read(self, section: str, start: int = 0, size: int | None = None) -> bytes:
         off, length = self._sec[section]
         size = length - start if size is None else size
         if start < 0 or start + size > length:
-            raise IndexError_(f"{self.path}: {section} reference out of range (corrupt index)")
+            raise IndexFileError(f"{self.path}: {section} reference out of range (corrupt index)")
         self._f.seek(off + start)
         data = self._f.read(size)
         if len(data) != size:
-            raise IndexError_(f"{self.path}: index file is truncated")
+            raise IndexFileError(f"{self.path}: index file is truncated")
         return data
 
-    def _whole(self, section):
+    def _whole(self, section: str) -> bytes:
         data = self._read(section)
         if crc32(data) != self._crc[section]:
-            raise IndexError_(f"{self.path}: {section} section fails its checksum (corrupt index)")
+            raise IndexFileError(
+                f"{self.path}: {section} section fails its checksum (corrupt index)"
+            )
         return data
 
-    def stamp(self):
+    def stamp(self) -> str:
         try:
             return self._whole("stamp").decode("utf-8")
         except UnicodeDecodeError:
-            raise IndexError_(f"{self.path}: stamp is corrupt") from None
+            raise IndexFileError(f"{self.path}: stamp is corrupt") from None
 
-    def term(self, term):
+    def term(self, term: str) -> tuple[float, memoryview, memoryview] | None:
         """(default, doc numbers, weights) for a term, or None when it is not indexed."""
         if self._vocab is None:
             self._vocab = self._whole("vocab")
@@ -254,43 +275,43 @@ class Index:
             )
             default, start, count, crc = float(default), int(start), int(count), int(crc)
         except ValueError:  # UnicodeDecodeError included
-            raise IndexError_(f"{self.path}: vocabulary entry is corrupt") from None
+            raise IndexFileError(f"{self.path}: vocabulary entry is corrupt") from None
         if count < 0:
-            raise IndexError_(f"{self.path}: vocabulary entry is corrupt")
+            raise IndexFileError(f"{self.path}: vocabulary entry is corrupt")
         raw = self._read("postings", start, count * 12)
         if crc32(raw) != crc:
-            raise IndexError_(
+            raise IndexFileError(
                 f"{self.path}: postings of {term!r} fail their checksum (corrupt index)"
             )
         docs = memoryview(raw[: count * 4]).cast("I")
         weights = memoryview(raw[count * 4 :]).cast("d")
         return default, docs, weights
 
-    def doc(self, n):
+    def doc(self, n: int) -> dict[str, object]:
         if self._docoffs is None:
             self._docoffs = memoryview(self._whole("docoffs")).cast("Q")
             self._doccrc = memoryview(self._whole("doccrc")).cast("I")
             if len(self._docoffs) != self.n_docs + 1 or len(self._doccrc) != self.n_docs:
-                raise IndexError_(f"{self.path}: document table is corrupt")
+                raise IndexFileError(f"{self.path}: document table is corrupt")
         if not 0 <= n < self.n_docs:
-            raise IndexError_(f"{self.path}: document {n} out of range")
+            raise IndexFileError(f"{self.path}: document {n} out of range")
         start, end = self._docoffs[n], self._docoffs[n + 1]
         raw = self._read("docs", start, end - start)
         if crc32(raw) != self._doccrc[n]:
-            raise IndexError_(f"{self.path}: document {n} fails its checksum (corrupt index)")
+            raise IndexFileError(f"{self.path}: document {n} fails its checksum (corrupt index)")
         try:
             return decode_record(raw)
-        except IndexError_ as exc:
-            raise IndexError_(f"{self.path}: {exc}") from None
+        except IndexFileError as exc:
+            raise IndexFileError(f"{self.path}: {exc}") from None
 
-    def prior(self, n):
+    def prior(self, n: int) -> float:
         if self._priors is None:
             self._priors = memoryview(self._whole("priors")).cast("d")
             if len(self._priors) != self.n_docs:
-                raise IndexError_(f"{self.path}: priors section is corrupt")
+                raise IndexFileError(f"{self.path}: priors section is corrupt")
         return self._priors[n]
 
-    def verify(self):
+    def verify(self) -> None:
         """Check every checksum of the file (a query checks only what it reads)."""
         self.stamp()
         if self.n_docs:
@@ -301,7 +322,7 @@ class Index:
         for n in range(self.n_docs):
             self.doc(n)
 
-    def scores(self, weighted_terms):
+    def scores(self, weighted_terms: Iterable[tuple[str, float]]) -> tuple[float, dict[int, float]]:
         """BM25 scores as (constant, {doc: extra}); a doc's score is constant + extra.
 
         weighted_terms: [(term, query weight)]. With weight 1 for every query token this equals
@@ -314,7 +335,7 @@ class Index:
                 continue
             default, docs, weights = entry
             if len(docs) and max(docs) >= self.n_docs:
-                raise IndexError_(f"{self.path}: postings of {term!r} name unknown documents")
+                raise IndexFileError(f"{self.path}: postings of {term!r} name unknown documents")
             constant += qw * default
             get = extra.get
             for d, w in zip(docs, weights):

@@ -6,6 +6,8 @@ No `re`: importing it costs ~5 ms, a third of a bare interpreter's start-up, and
 runs on every query.
 """
 
+from __future__ import annotations
+
 # ASCII characters that end a word; everything else (letters, digits, '_', '.', non-ASCII)
 # stays inside it.
 _SEPARATORS = {c: " " for c in range(128) if not (chr(c).isalnum() or chr(c) in "_.")}
@@ -18,7 +20,7 @@ STOPWORDS = frozenset(
 )
 
 
-def _camel_parts(word):
+def _camel_parts(word: str) -> list[str]:
     """Split `powerSGDHook` into `power`, `SGD`, `Hook`; digits stay with their run (`bf16`)."""
     if word.islower() or word.isupper() or word.istitle() or word.isdigit():
         return [word]  # the common case, without a Python-level loop per character
@@ -36,7 +38,7 @@ def _camel_parts(word):
     return parts
 
 
-def _stem(token):
+def _stem(token: str) -> str:
     """Fold plurals and 3rd-person verbs: 'gradients' -> 'gradient', 'hangs' -> 'hang'.
 
     Deliberately tiny: a full Porter stemmer measured worse on the development questions
@@ -53,13 +55,13 @@ def _stem(token):
     return token
 
 
-def _add(out, token):
+def _add(out: list[str], token: str) -> None:
     # Single characters ('d' of DTensor, '3' of ZeRO-3) match far too much to help.
     if len(token) > 1 and token not in STOPWORDS:
         out.append(_stem(token))
 
 
-def tokenize(text):
+def tokenize(text: str) -> list[str]:
     """Return the index terms of `text`, in order, with repeats (BM25 counts them)."""
     out = []
     for word in text.translate(_SEPARATORS).split():

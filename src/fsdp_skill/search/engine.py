@@ -4,12 +4,18 @@ Runs once per agent question in a fresh process, so it imports nothing heavy: no
 sqlite, json or re (each costs milliseconds against a ~10 ms interpreter start).
 """
 
+from __future__ import annotations
+
 import os
 
 from fsdp_skill import paths
-from fsdp_skill.index.store import Index, IndexError_
+from fsdp_skill.index.store import Index, IndexFileError
 from fsdp_skill.index.tokenization import tokenize
 from fsdp_skill.search.expand import expand
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 MAX_QUERY_CHARS = 2000
 PER_PAGE_CAP = 3  # at most this many hits from one page in a result page
@@ -19,7 +25,7 @@ class SearchError(Exception):
     """A search that cannot be answered; the message is for the user."""
 
 
-def open_fresh(root=None):
+def open_fresh(root: str | None = None) -> Index:
     """Open the skill's index, (re)building it first when it is missing or stale.
 
     A read-only skill whose shipped index is stale (torch was upgraded) is rebuilt in the user
@@ -66,11 +72,13 @@ def open_fresh(root=None):
         ) from None
     try:
         return Index(index_file)
-    except IndexError_ as exc:
+    except IndexFileError as exc:
         raise SearchError(str(exc)) from None
 
 
-def run_query(query, root=None, **options):
+def run_query(
+    query: str, root: str | None = None, **options: object
+) -> tuple[list[dict[str, object]], str]:
     """(results, torch version) for one query: open, search, close.
 
     A corruption found only while reading (a section's checksum fails) rebuilds the index once
@@ -80,16 +88,16 @@ def run_query(query, root=None, **options):
         index = open_fresh(root)
         try:
             return search(index, query, **options), index.header.get("torch_version", "")
-        except IndexError_ as exc:
+        except IndexFileError as exc:
             if attempt:
                 raise SearchError(f"{exc}; rebuild it with: fsdp-skill build --force") from None
-            _discard(index.path, root)
+            discard(index.path, root)
         finally:
             index.close()
     raise AssertionError("unreachable")
 
 
-def _discard(index_file, root):
+def discard(index_file: str, root: str | None) -> None:
     """Remove a corrupt index so the next open rebuilds it (in the user cache if read-only)."""
     try:
         os.unlink(index_file)
@@ -97,7 +105,7 @@ def _discard(index_file, root):
         paths.use_cache_for(root)
 
 
-def condense_query(query, limit=MAX_QUERY_CHARS):
+def condense_query(query: str, limit: int = MAX_QUERY_CHARS) -> str:
     """A pasted traceback or log reduced to what identifies the error, at most `limit` chars.
 
     Stack frames (`File "...", line N, in f` and the source line under each), caret lines and
@@ -130,12 +138,14 @@ def condense_query(query, limit=MAX_QUERY_CHARS):
     return text[-limit:] if len(text) > limit else text
 
 
-def _is_exception_line(line):
+def _is_exception_line(line: str) -> bool:
     head = line.split(":", 1)[0].rsplit(".", 1)[-1]
     return ":" in line and head.endswith(("Error", "Exception", "Warning", "Interrupt"))
 
 
-def query_terms(query, use_expansion=True, tokenizer=tokenize):
+def query_terms(
+    query: str, use_expansion: bool = True, tokenizer: Callable[[str], list[str]] = tokenize
+) -> list[tuple[str, float]]:
     """[(term, weight)] for a query: its own tokens, plus curated expansions at lower weight."""
     terms = [(t, 1.0) for t in tokenizer(query)]
     if use_expansion:
@@ -148,11 +158,16 @@ QUOTED_TITLE_MIN = 24  # shorter titles ("DDP", "Join") occur in queries by chan
 QUOTED_CANDIDATES = 30
 
 
-def _plain(text):
+def _plain(text: str) -> str:
     return " ".join(text.lower().replace("`", " ").replace('"', " ").replace("'", " ").split())
 
 
-def _quoted_titles_first(index, query, ranked, docs):
+def _quoted_titles_first(
+    index: Index,
+    query: str,
+    ranked: list[tuple[int, float]],
+    docs: dict[int, dict[str, object]],
+) -> list[tuple[int, float]]:
     """Boost the top candidates whose section title appears word for word in the query.
 
     An error-catalog heading is the message's first sentence, so a user who pastes the error
@@ -170,12 +185,11 @@ def _quoted_titles_first(index, query, ranked, docs):
     return head + ranked[QUOTED_CANDIDATES:]
 
 
-GUIDE_PULL = (
-    0.5  # a guide hit moves ahead of a reference hit on its API if it scores at least this share
-)
+# A guide hit moves ahead of a reference hit on its API if it scores at least this share.
+GUIDE_PULL = 0.5
 
 
-def _guides_first(hits):
+def _guides_first(hits: list[dict[str, object]]) -> None:
     """Put a guide section ahead of a raw reference entry on the same API when both rank.
 
     The guide states the fix; the docstring states the signature. Only a guide hit whose score
@@ -198,24 +212,24 @@ def _guides_first(hits):
         i += 1
 
 
-def _signature_key(doc):
+def _signature_key(doc: dict[str, object]) -> str:
     """Near-duplicate key: the same text published under two names collapses to one hit."""
     text = doc["text"]
     return text[text.find("\n```", 3) :][:400] if text.startswith("```") else text[:400]
 
 
 def search(
-    index,
-    query,
-    k=5,
-    page=1,
-    source=None,
-    use_expansion=True,
-    diversity=True,
-    tokenizer=tokenize,
-    per_page_cap=PER_PAGE_CAP,
-    quoted_titles=True,
-):
+    index: Index,
+    query: str,
+    k: int = 5,
+    page: int = 1,
+    source: str | None = None,
+    use_expansion: bool = True,
+    diversity: bool = True,
+    tokenizer: Callable[[str], list[str]] = tokenize,
+    per_page_cap: int = PER_PAGE_CAP,
+    quoted_titles: bool = True,
+) -> list[dict[str, object]]:
     """Ranked result dicts for `query` (1-based `page` of `k` results).
 
     source: None for the default view (web pages replace the docstring pages they mirror),

@@ -5,6 +5,8 @@ Users describe symptoms ("hangs", "OOM", "uneven inputs") or other frameworks' n
 the API words at a lower weight than the user's own words, so an exact match still wins.
 """
 
+from __future__ import annotations
+
 from fsdp_skill.index.tokenization import STOPWORDS, tokenize
 
 WEIGHT = 0.4
@@ -108,10 +110,10 @@ RULES = [
     ("model parallel", "parallelize_module pipeline"),
 ]
 
-_COMPILED = {}
+_COMPILED: dict[tuple[str, str], tuple[frozenset[str], list[str]]] = {}
 
 
-def _compiled(rule):
+def _compiled(rule: tuple[str, str]) -> tuple[frozenset[str], list[str]]:
     """(phrase tokens, expansion tokens) of a rule, tokenized on first use."""
     if rule not in _COMPILED:
         phrase, words = rule
@@ -124,7 +126,7 @@ def _compiled(rule):
     return _COMPILED[rule]
 
 
-def expand(query, terms):
+def expand(query: str, terms: list[tuple[str, float]]) -> list[tuple[str, float]]:
     """Extra (term, weight) pairs for the rules whose phrase occurs in the query."""
     have = {t for t, _ in terms}
     lowered = query.lower()
