@@ -20,12 +20,30 @@ messages reach stdout: the SDK points file descriptor 1 at stderr while it serve
 progress and anything a library prints go to stderr.
 """
 
+# No `from __future__ import annotations`: the SDK builds each tool's input schema from its
+# function's annotations, which name `Field` from pydantic, imported only where the tools are
+# registered; string annotations would be resolved in this module's globals and fail. So names
+# imported for type checking only are quoted below.
 import ast
 import os
 import sys
 import threading
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
+
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import MCPServer
+    from mcp_types import CallToolResult
+
+    from fsdp_skill.index.store import Index
+
+# A section of the table `Docs.section_table` builds, and the table itself (see there).
+Section = dict[str, Any]
+Table = dict[str, Any]
+# What a tool body returns: the markdown an agent reads and the structured content beside it.
+Answer = dict[str, Any]
+T = TypeVar("T")
 
 SERVER_NAME = "pytorch-fsdp"
 SOURCES = ("web", "docstring", "guide")
@@ -109,7 +127,7 @@ def _compact_error(text: str) -> str:
     return f"{head}: {body}" if head else body
 
 
-async def _one_line_errors(ctx, call_next):
+async def _one_line_errors(ctx: Any, call_next: Callable[[Any], Awaitable[Any]]) -> Any:
     """Server middleware: every tool error result reaches the agent as one line of text."""
     result = await call_next(ctx)
     if getattr(ctx, "method", None) != "tools/call":
@@ -136,7 +154,7 @@ async def _one_line_errors(ctx, call_next):
 class Docs:
     """The skill's references and examples, with the search index opened once and kept open."""
 
-    def __init__(self, root: str | None = None):
+    def __init__(self, root: str | None = None) -> None:
         from fsdp_skill import paths
 
         self.root = root or paths.skill_root()
@@ -145,12 +163,12 @@ class Docs:
         if os.path.exists(os.path.join(self.root, *TIMES_FILE.split("/"))):
             restore_times(self.root)  # an unzipped bundle: see skill/bundle.py
         self._lock = threading.Lock()
-        self._index = None
-        self._sections = None  # built on the first read_reference
+        self._index: Index | None = None  # an attribute annotation: never evaluated
+        self._sections: Table | None = None  # built on the first read_reference
 
     # -- index --------------------------------------------------------------------------
 
-    def _open(self):
+    def _open(self) -> "Index":
         """The open index, opening (and building, when missing or stale) it on first use."""
         from fsdp_skill.search.engine import SearchError, open_fresh
 
@@ -172,24 +190,24 @@ class Docs:
         except Exception as exc:  # noqa: BLE001 - the first tool call reports it
             print(f"fsdp-skill mcp: note: {_one_line(exc)}", file=sys.stderr, flush=True)
 
-    def _with_index(self, fn):
+    def with_index(self, fn: Callable[["Index"], T]) -> T:
         """fn(index) under the lock; a corrupt index is discarded, rebuilt and asked again once."""
-        from fsdp_skill.index.store import IndexError_
-        from fsdp_skill.search.engine import _discard
+        from fsdp_skill.index.store import IndexFileError
+        from fsdp_skill.search.engine import discard
 
         with self._lock:
             for attempt in (0, 1):
                 index = self._open()
                 try:
                     return fn(index)
-                except IndexError_ as exc:
+                except IndexFileError as exc:
                     index.close()
                     self._index = None
                     if attempt:
                         raise ToolFailure(
                             f"{exc}; rebuild it with: fsdp-skill build --force"
                         ) from None
-                    _discard(index.path, self.root)
+                    discard(index.path, self.root)
         raise AssertionError("unreachable")
 
     def close(self) -> None:
@@ -204,8 +222,9 @@ class Docs:
         self, query: str, k: int = 5, source: str | None = None, page: int = 1
     ) -> dict[str, Any]:
         """What `fsdp-skill search QUERY --k K --source S --page P` prints, and its --json object."""
-        from fsdp_skill.search.cli import DEFAULTS, render_markdown
+        from fsdp_skill.search.cli import DEFAULTS, payload
         from fsdp_skill.search.engine import MAX_QUERY_CHARS, condense_query, search
+        from fsdp_skill.search.render import render_markdown
 
         if not isinstance(query, str) or not query.strip():
             raise ToolFailure(
@@ -224,42 +243,19 @@ class Docs:
             query.encode("utf-8", "replace").decode("utf-8").strip(), MAX_QUERY_CHARS
         )
 
-        def run(index):
+        def run(index: "Index") -> tuple[list[dict[str, Any]], str]:
             return search(index, query, k=k, page=page, source=source), index.header.get(
                 "torch_version", ""
             )
 
-        results, version = self._with_index(run)
+        results, version = self.with_index(run)
         markdown = render_markdown(query, results, DEFAULTS["max_chars"], page)
-        payload = {
-            "query": query,
-            "torch_version": version,
-            "results": [
-                {
-                    "rank": r["rank"],
-                    "score": r["score"],
-                    **{
-                        f: r[f]
-                        for f in (
-                            "id",
-                            "title",
-                            "breadcrumbs",
-                            "url",
-                            "objects",
-                            "source",
-                            "path",
-                            "text",
-                        )
-                    },
-                }
-                for r in results
-            ],
-        }
-        return {"markdown": markdown, "structured": payload}
+        data = payload(query, version, results)
+        return {"markdown": markdown, "structured": data}
 
     # -- read_reference -----------------------------------------------------------------
 
-    def _section_table(self, index):
+    def section_table(self, index: "Index") -> Table:
         """Every section of every page: consecutive chunks that share page and breadcrumbs."""
         if self._sections is not None:
             return self._sections
@@ -317,7 +313,7 @@ class Docs:
         return table
 
     @staticmethod
-    def _section_text(index, sec):
+    def section_text(index: "Index", sec: Section) -> str:
         """The section's text: its chunks joined, the signature repeated atop each continuation dropped."""
         texts = [index.doc(n)["text"] for n in sec["docs"]]
         first = texts[0]
@@ -333,7 +329,7 @@ class Docs:
             out.append(text)
         return "\n\n".join(t.strip("\n") for t in out)
 
-    def _lookup(self, table, ref):
+    def _lookup(self, table: Table, ref: str) -> tuple[str, Section | list[Section]] | None:
         """(kind, section or page sections) for a reference string, or None."""
         ref = ref.strip()
         for key in ("by_chunk", "by_prefix"):
@@ -354,7 +350,7 @@ class Docs:
             return "section", table["by_api"][ref]
         return None
 
-    def read(self, path_or_id: str, max_chars: int = 20000) -> dict[str, Any]:
+    def read(self, path_or_id: str, max_chars: int = 20000) -> Answer:
         if not isinstance(path_or_id, str) or not path_or_id.strip():
             raise ToolFailure(
                 "path_or_id is empty; pass a search_docs hit's id, or its path#anchor"
@@ -368,76 +364,35 @@ class Docs:
                 f"max_chars must be a whole number from 500 to {MAX_READ_CHARS}, not {max_chars!r}"
             )
         ref = path_or_id.strip()
+        kind, sections, parts, version = self.with_index(lambda index: self._texts(index, ref))
+        return _read_answer(kind, sections, "\n\n".join(parts), version, max_chars)
 
-        def run(index):
-            table = self._section_table(index)
-            found = self._lookup(table, ref)
-            if found is None:
-                raise ToolFailure(self._not_found(table, ref))
-            kind, hit = found
-            sections = hit if kind == "page" else [hit]
-            parts, shown = [], []
-            for sec in sections:
-                text = self._section_text(index, sec)
-                if kind == "page":
-                    depth = min(len(sec["breadcrumbs"]) + 1, 6)
-                    text = (
-                        f"{'#' * depth} {sec['title']}\n\n{text}"
-                        if len(sec["breadcrumbs"]) > 1
-                        else text
-                    )
-                parts.append(text)
-                shown.append(sec)
-            return kind, sections, parts, index.header.get("torch_version", "")
+    def _texts(self, index: "Index", ref: str) -> tuple[str, list[Section], list[str], str]:
+        """(section or page, its sections, their texts, index torch version) for `ref`."""
+        table = self.section_table(index)
+        found = self._lookup(table, ref)
+        if found is None:
+            raise ToolFailure(self._not_found(table, ref))
+        kind, hit = found
+        if kind == "page":
+            sections, parts = hit, self.page_parts(index, hit)
+        else:
+            sections, parts = [hit], [self.section_text(index, hit)]
+        return kind, sections, parts, index.header.get("torch_version", "")
 
-        kind, sections, parts, version = self._with_index(run)
-        first = sections[0]
-        crumbs = " > ".join(
-            _crumbs(first["breadcrumbs"][:1] if kind == "page" else first["breadcrumbs"])
-        )
-        head = (
-            f"# {crumbs}\nSource: {first['url'].partition('#')[0] if kind == 'page' else first['url']} "
-            f"(torch {first['torch_version']})"
-        )
-        if kind == "section" and first["objects"]:
-            head += "\nAPI: " + ", ".join(f"`{o}`" for o in first["objects"][:8])
-        head += f"\nPath: {first['path']}" + (
-            f"#{first['anchor']}" if kind == "section" and first["anchor"] else ""
-        )
-        body = "\n\n".join(parts)
-        truncated = len(body) > max_chars
-        if truncated:
-            from fsdp_skill.search.cli import _truncate
-
-            body = _truncate(body, max_chars) + (
-                f"\n\n[... cut at max_chars={max_chars}; read one section with path#anchor, or raise max_chars]"
-            )
-        markdown = f"{head}\n\n{body}\n"
-        structured = {
-            "kind": kind,
-            "id": first["id"],
-            "title": first["title"],
-            "breadcrumbs": first["breadcrumbs"],
-            "url": first["url"],
-            "objects": first["objects"] if kind == "section" else [],
-            "source": first["source"],
-            "path": first["path"],
-            "anchor": first["anchor"] if kind == "section" else "",
-            "torch_version": first["torch_version"],
-            "index_torch_version": version,
-            "truncated": truncated,
-            "text": body,
-            "sections": [
-                {"id": s["id"], "title": s["title"], "anchor": s["anchor"], "url": s["url"]}
-                for s in sections
-            ]
-            if kind == "page"
-            else [],
-        }
-        return {"markdown": markdown, "structured": structured}
+    def page_parts(self, index: "Index", sections: list[Section]) -> list[str]:
+        """A page's sections as text, each below a heading of its depth but the page's own."""
+        parts = []
+        for sec in sections:
+            text = self.section_text(index, sec)
+            if len(sec["breadcrumbs"]) > 1:
+                depth = min(len(sec["breadcrumbs"]) + 1, 6)
+                text = f"{'#' * depth} {sec['title']}\n\n{text}"
+            parts.append(text)
+        return parts
 
     @staticmethod
-    def _not_found(table, ref):
+    def _not_found(table: Table, ref: str) -> str:
         import difflib
 
         keys = list(table["by_chunk"]) + [
@@ -496,7 +451,57 @@ class Docs:
         return dict(info, text=text)
 
 
-def _crumbs(trail):
+def _read_answer(
+    kind: str, sections: list[Section], body: str, version: str, max_chars: int
+) -> Answer:
+    """read_reference's result: a head (breadcrumbs, versioned Source, API names, Path), then
+    the text, cut at `max_chars` with a note saying how to read the rest."""
+    first = sections[0]
+    crumbs = " > ".join(
+        _crumbs(first["breadcrumbs"][:1] if kind == "page" else first["breadcrumbs"])
+    )
+    head = (
+        f"# {crumbs}\nSource: {first['url'].partition('#')[0] if kind == 'page' else first['url']} "
+        f"(torch {first['torch_version']})"
+    )
+    if kind == "section" and first["objects"]:
+        head += "\nAPI: " + ", ".join(f"`{o}`" for o in first["objects"][:8])
+    head += f"\nPath: {first['path']}" + (
+        f"#{first['anchor']}" if kind == "section" and first["anchor"] else ""
+    )
+    truncated = len(body) > max_chars
+    if truncated:
+        from fsdp_skill.search.render import truncate
+
+        body = truncate(body, max_chars) + (
+            f"\n\n[... cut at max_chars={max_chars}; read one section with path#anchor, or raise max_chars]"
+        )
+    markdown = f"{head}\n\n{body}\n"
+    structured = {
+        "kind": kind,
+        "id": first["id"],
+        "title": first["title"],
+        "breadcrumbs": first["breadcrumbs"],
+        "url": first["url"],
+        "objects": first["objects"] if kind == "section" else [],
+        "source": first["source"],
+        "path": first["path"],
+        "anchor": first["anchor"] if kind == "section" else "",
+        "torch_version": first["torch_version"],
+        "index_torch_version": version,
+        "truncated": truncated,
+        "text": body,
+        "sections": [
+            {"id": s["id"], "title": s["title"], "anchor": s["anchor"], "url": s["url"]}
+            for s in sections
+        ]
+        if kind == "page"
+        else [],
+    }
+    return {"markdown": markdown, "structured": structured}
+
+
+def _crumbs(trail: list[str]) -> list[str]:
     """Breadcrumbs without repeats: an API entry under a page of the same name, or a method
     under its class (`DDP` > `DDP.no_sync`), shows the longer name only."""
     return [
@@ -558,7 +563,7 @@ def _describe_script(path: Path, root: str) -> dict[str, Any]:
     }
 
 
-def _examples_markdown(examples):
+def _examples_markdown(examples: list[dict[str, Any]]) -> str:
     lines = [
         f"{len(examples)} runnable examples (call get_example with a name for the script and its command):",
         "",
@@ -568,7 +573,7 @@ def _examples_markdown(examples):
     return "\n".join(lines) + "\n"
 
 
-def _example_markdown(e):
+def _example_markdown(e: dict[str, Any]) -> str:
     out = [f"# {e['path']}", e["summary"], "", "Run:"]
     out += [f"    {c}" for c in e["commands"] or [e["torchrun"]]]
     if e["requires"]:
@@ -582,12 +587,9 @@ def _example_markdown(e):
     return "\n".join(out)
 
 
-def build_server(root: str | None = None, warm: bool = True):
+def build_server(root: str | None = None, warm: bool = True) -> "MCPServer":
     """The MCPServer with the four tools, over a Docs for the skill at `root`."""
     from mcp.server.mcpserver import MCPServer
-    from mcp.server.mcpserver.exceptions import ToolError
-    from mcp_types import CallToolResult, TextContent, ToolAnnotations
-    from pydantic import Field
 
     from fsdp_skill import __version__
 
@@ -600,22 +602,39 @@ def build_server(root: str | None = None, warm: bool = True):
         log_level="WARNING",
         middleware=[_one_line_errors],
     )
+    _register_tools(server, docs)
+    server.docs = docs  # for callers that want to close it
+    if warm:
+        threading.Thread(target=docs.warm, name="fsdp-skill-index", daemon=True).start()
+    return server
+
+
+def _answer(fn: Callable[..., Answer], *args: Any) -> "CallToolResult":
+    """Run a tool body: a result with text and structured content, or an MCP error result."""
+    from mcp.server.mcpserver.exceptions import ToolError
+    from mcp_types import CallToolResult, TextContent
+
+    try:
+        out = fn(*args)
+    except ToolFailure as exc:
+        raise ToolError(_one_line(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - never a traceback, never a dead server
+        raise ToolError(f"{type(exc).__name__}: {_one_line(exc)}") from None
+    return CallToolResult(
+        content=[TextContent(type="text", text=out["markdown"])],
+        structured_content=out["structured"],
+    )
+
+
+def _register_tools(server: "MCPServer", docs: Docs) -> None:
+    """The four tools; the SDK reads their signatures (types, bounds, descriptions) for the
+    input schemas it publishes and checks calls against."""
+    from mcp_types import CallToolResult, ToolAnnotations
+    from pydantic import Field
+
     read_only = ToolAnnotations(
         read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
     )
-
-    def answer(fn, *args):
-        """Run a tool body: a result with text and structured content, or an MCP error result."""
-        try:
-            out = fn(*args)
-        except ToolFailure as exc:
-            raise ToolError(_one_line(exc)) from None
-        except Exception as exc:  # noqa: BLE001 - never a traceback, never a dead server
-            raise ToolError(f"{type(exc).__name__}: {_one_line(exc)}") from None
-        return CallToolResult(
-            content=[TextContent(type="text", text=out["markdown"])],
-            structured_content=out["structured"],
-        )
 
     @server.tool(description=SEARCH_DESCRIPTION, annotations=read_only)
     def search_docs(
@@ -631,7 +650,7 @@ def build_server(root: str | None = None, warm: bool = True):
             int, Field(ge=1, description="Result page, 1-based: page 2 gives hits k+1..2k.")
         ] = 1,
     ) -> CallToolResult:
-        return answer(docs.search, query, k, source, page)
+        return _answer(docs.search, query, k, source, page)
 
     @server.tool(description=READ_DESCRIPTION, annotations=read_only)
     def read_reference(
@@ -643,15 +662,15 @@ def build_server(root: str | None = None, warm: bool = True):
             int, Field(ge=500, le=MAX_READ_CHARS, description="Cap on the text returned.")
         ] = 20000,
     ) -> CallToolResult:
-        return answer(docs.read, path_or_id, max_chars)
+        return _answer(docs.read, path_or_id, max_chars)
 
     @server.tool(description=LIST_EXAMPLES_DESCRIPTION, annotations=read_only)
     def list_examples() -> CallToolResult:
-        def run():
+        def run() -> Answer:
             examples = docs.examples()
             return {"markdown": _examples_markdown(examples), "structured": {"examples": examples}}
 
-        return answer(run)
+        return _answer(run)
 
     @server.tool(description=GET_EXAMPLE_DESCRIPTION, annotations=read_only)
     def get_example(
@@ -659,16 +678,11 @@ def build_server(root: str | None = None, warm: bool = True):
             str, Field(description="Script name from list_examples, e.g. 'fsdp2_train'.")
         ],
     ) -> CallToolResult:
-        def run():
+        def run() -> Answer:
             e = docs.example(name)
             return {"markdown": _example_markdown(e), "structured": e}
 
-        return answer(run)
-
-    server.docs = docs  # for callers that want to close it
-    if warm:
-        threading.Thread(target=docs.warm, name="fsdp-skill-index", daemon=True).start()
-    return server
+        return _answer(run)
 
 
 def _usage_error(message: str) -> int:
@@ -694,7 +708,7 @@ def main(argv: list[str] | None = None) -> int:
         return _usage_error(f"unexpected argument {argv[0]!r} (it takes none; see --help)")
     try:
         import mcp.server.mcpserver  # noqa: F401
-    except ImportError:
+    except ImportError:  # the MCP SDK is an optional extra: say how to install it
         print(
             "fsdp-skill mcp: error: the MCP server needs the MCP Python SDK: "
             f"{sys.executable} -m pip install 'mcp>=2,<3'",

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from fault_helpers import watch_renames
 
+from fsdp_skill import build
 from fsdp_skill.skill import install as I
 
 REPO = Path(__file__).resolve().parents[2]
@@ -66,8 +67,8 @@ def test_permission_error_is_one_line(root, tmp_path, monkeypatch, capsys):
             return real_stat(self, *a, **kw)
 
         monkeypatch.setattr(pathlib.Path, "stat", stat)
-    monkeypatch.setattr(I, "_default_root", lambda: root)
-    monkeypatch.setattr(I, "_default_ensure_index", lambda: None)
+    monkeypatch.setenv("FSDP_SKILL_ROOT", str(root))
+    monkeypatch.setattr(build, "ensure_index", lambda r: Path(r) / "references" / "index")
     try:
         rc = I.main(["--target", str(target)])
     finally:
@@ -136,15 +137,12 @@ def test_a_missing_copy_is_put_back_from_the_old_one(root, tmp_path, monkeypatch
 
 DRIVER = textwrap.dedent("""
     import shutil, sys, time
-    from pathlib import Path
     from fsdp_skill.skill import install as I
     real_copy = shutil.copy2
     def slow_copy(src, dst, **kw):
         time.sleep(0.02)
         return real_copy(src, dst, **kw)
     shutil.copy2 = slow_copy
-    I._default_root = lambda: Path({root!r})
-    I._default_ensure_index = lambda: None
     sys.exit(I.main(["--target", {target!r}, "--no-verify", "--no-build"]))
 """)
 
@@ -157,10 +155,11 @@ def test_sigterm_mid_copy_leaves_no_hidden_copy(root, tmp_path):
     before = (target / "pytorch-fsdp" / "SKILL.md").read_bytes()
     env = dict(
         os.environ,
+        FSDP_SKILL_ROOT=str(root),  # the skill installed: the small tree, not this checkout
         PYTHONPATH=os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]),
     )
     proc = subprocess.Popen(
-        [sys.executable, "-c", DRIVER.format(root=str(root), target=str(target))],
+        [sys.executable, "-c", DRIVER.format(target=str(target))],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

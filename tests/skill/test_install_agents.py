@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from fsdp_skill import build
 from fsdp_skill.skill import install as I
 
 # Where each agent reads skills, as its documentation states (the URLs are in install.py).
@@ -48,8 +49,8 @@ class StubIndex:
 def stub(monkeypatch, fake_root):
     """The fake skill is the one installed; its index build is a stub that counts calls."""
     stub = StubIndex()
-    monkeypatch.setattr(I, "_default_root", lambda: fake_root)
-    monkeypatch.setattr(I, "_default_ensure_index", lambda: stub)
+    monkeypatch.setenv("FSDP_SKILL_ROOT", str(fake_root))
+    monkeypatch.setattr(build, "ensure_index", stub)
     return stub
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from fsdp_skill import build
 from fsdp_skill.skill import install as I
 
 SHIPPED = {
@@ -189,11 +190,13 @@ def test_index_builder(fake_root, tmp_path, monkeypatch, capsys):
         run_install(
             fake_root, tmp_path / "b", ensure_index=lambda root: tmp_path / "elsewhere" / "index"
         )
-    # no builder yet (fsdp_skill.build missing): warn and copy what is there
-    monkeypatch.setattr(I, "_default_ensure_index", lambda: None)
+    # by default the builder is fsdp_skill.build.ensure_index, called with the skill's root
+    default = StubIndex()
+    monkeypatch.setattr(build, "ensure_index", default)
     I.install(tmp_path / "c", root=fake_root, log=lambda _: None)
-    assert "fsdp_skill.build is missing" in capsys.readouterr().err
+    assert default.calls == [fake_root]
     assert (tmp_path / "c" / "pytorch-fsdp" / "SKILL.md").is_file()
+    assert capsys.readouterr().err == ""
     # --no-build never calls it
     stub = StubIndex()
     run_install(fake_root, tmp_path / "d", ensure_index=stub, build=False)
@@ -233,8 +236,7 @@ def test_main(fake_root, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("FSDP_SKILL_ROOT", str(fake_root))
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.delenv("CLAUDE_CONFIG_DIR", raising=False)
-    monkeypatch.setattr(I, "_default_root", lambda: fake_root)
-    monkeypatch.setattr(I, "_default_ensure_index", lambda: StubIndex())
+    monkeypatch.setattr(build, "ensure_index", StubIndex())
 
     assert I.main(["--agent", "claude"]) == 0
     assert (tmp_path / "home" / ".claude" / "skills" / "pytorch-fsdp" / "SKILL.md").is_file()

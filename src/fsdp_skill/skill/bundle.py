@@ -13,16 +13,34 @@ modification time), and unzipping does not keep modification times. So the bundl
 the unzipped folder puts the times back on the pages whose content is unchanged, then deletes
 that file. An edited page keeps its new time, and the index is rebuilt as for any edit.
 
-Imported by `scripts/search.py` for `restore_times` only: module level is stdlib `os`/`sys`.
+Imported by `scripts/search.py` for `restore_times` only: module level is stdlib `os`/`sys`,
+and everything else is imported by the functions that write a bundle or an export.
 """
+
+from __future__ import annotations
 
 import os
 import sys
 
+# Not typing.TYPE_CHECKING: importing typing would be the first non-os/sys import here.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import zipfile
+    from collections.abc import Callable
+    from pathlib import Path
+    from typing import Any
+
+    from fsdp_skill.index.store import Index
+    from fsdp_skill.mcp_server import Docs
+    from fsdp_skill.skill.install import Plan
+
+    # (first section, page path, page text, API names of its entries)
+    Page = tuple[dict[str, Any], str, str, list[str]]
+
 TIMES_FILE = "references/index/bundle-mtimes.tsv"
 
 
-def restore_times(root):
+def restore_times(root: str | os.PathLike[str]) -> None:
     """Give the unzipped pages back the times the bundle's index was built with; best effort."""
     marker = os.path.join(root, *TIMES_FILE.split("/"))
     try:
@@ -58,7 +76,7 @@ def restore_times(root):
 # -- writing a bundle (fsdp-skill bundle) ---------------------------------------------------
 
 
-def with_torch_metadata(skill_md, version):
+def with_torch_metadata(skill_md: str, version: str) -> str:
     """SKILL.md with `torch-version: "<version>"` in its frontmatter's `metadata:` map."""
     if not skill_md.startswith("---\n"):
         raise ValueError("SKILL.md has no frontmatter")
@@ -86,108 +104,136 @@ def with_torch_metadata(skill_md, version):
     return "---\n" + "\n".join(front) + rest
 
 
-def _zip_time(mtime):
+def _zip_time(mtime: float) -> tuple[int, int, int, int, int, int]:
     import time
 
     t = time.localtime(max(mtime, 315532800))  # zip dates start in 1980
     return t[:6]
 
 
-def _safe_version(version):
+def _safe_version(version: str) -> str:
     return "".join(c if c.isalnum() or c in ".+-_" else "_" for c in version) or "unknown"
 
 
-def default_name(version):
+def default_name(version: str) -> str:
+    """pytorch-fsdp-<package version>-torch<torch version>.zip"""
     from fsdp_skill import __version__
     from fsdp_skill.paths import SKILL_NAME
 
     return f"{SKILL_NAME}-{__version__}-torch{_safe_version(version)}.zip"
 
 
-def bundle(output=None, *, root=None, ensure_index=None, build=True, log=print):
+def bundle(
+    output: str | os.PathLike[str] | None = None,
+    *,
+    root: str | os.PathLike[str] | None = None,
+    ensure_index: Callable[[Path], Path] | None = None,
+    build: bool = True,
+    log: Callable[[str], None] = print,
+) -> Path:
     """Write the zip; returns its path. Raises InstallError with a one-line message."""
-    import hashlib
-    import zipfile
     from pathlib import Path
 
-    from fsdp_skill import files, paths
-    from fsdp_skill.index.store import Index, IndexError_
+    from fsdp_skill import paths
     from fsdp_skill.skill import install as I
 
-    root_p = Path(root) if root is not None else I._default_root()
+    root_p = Path(root) if root is not None else Path(paths.skill_root())
     if build:
-        builder = ensure_index or I._default_ensure_index()
-        if builder is not None:
-            try:
-                builder(root_p)
-            except (KeyboardInterrupt, SystemExit):
-                raise
-            except Exception as e:  # noqa: BLE001 - one line for the user
-                raise I.InstallError(
-                    f"building the index failed: {type(e).__name__}: {e}"
-                ) from None
-    index_file = paths.index_path(str(root_p))
-    try:
-        index = Index(index_file)
-    except IndexError_ as e:
-        raise I.InstallError(f"no usable index to bundle ({e}); run: fsdp-skill build") from None
-    try:
-        version = index.header.get("torch_version", "") or "unknown"
-        stamp = index.stamp()
-    except IndexError_ as e:
-        raise I.InstallError(f"the index is corrupt ({e}); run: fsdp-skill build --force") from None
-    finally:
-        index.close()
+        I.build_index(root_p, ensure_index)
     dirs = paths.page_dirs(str(root_p))
-    if stamp != paths.fingerprint(dirs):
-        raise I.InstallError("the index does not match the reference pages; run: fsdp-skill build")
-
+    version, stamp = _fresh_index(root_p, dirs)
     plan = I.plan(root_p, Path(paths.SKILL_NAME))
-    out = Path(output).expanduser() if output else Path.cwd() / default_name(version)
-    if out.is_dir() or (output and str(output).endswith(("/", os.sep))):
-        if not out.is_dir():
-            raise I.InstallError(f"{out}: no such folder")
-        out = out / default_name(version)
-    if not out.parent.is_dir():
-        raise I.InstallError(f"{out.parent}: no such folder")
-
-    times = []
+    out = _output_path(output, version)
     try:
-        with (
-            files.replacing(out) as f,
-            zipfile.ZipFile(f, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=9) as zf,
-        ):
-            for rel, src, _ in plan.files:
-                st = src.stat()
-                info = zipfile.ZipInfo(
-                    f"{paths.SKILL_NAME}/{rel}", date_time=_zip_time(st.st_mtime)
-                )
-                info.compress_type = zipfile.ZIP_DEFLATED
-                info.external_attr = (st.st_mode & 0xFFFF) << 16
-                data = src.read_bytes()
-                if rel == "SKILL.md":
-                    data = with_torch_metadata(data.decode("utf-8"), version).encode("utf-8")
-                elif rel.startswith("references/") and rel.endswith(".md"):
-                    times.append(
-                        f"{rel}\t{len(data)}\t{st.st_mtime_ns}\t{hashlib.sha256(data).hexdigest()}"
-                    )
-                zf.writestr(info, data)
-            info = zipfile.ZipInfo(f"{paths.SKILL_NAME}/{TIMES_FILE}", date_time=_zip_time(0))
-            info.compress_type = zipfile.ZIP_DEFLATED
-            info.external_attr = 0o644 << 16
-            zf.writestr(info, "\n".join(times) + "\n")
-            # Pages edited while we zipped would leave the bundle's index stale: refuse it.
-            if paths.fingerprint(dirs) != stamp:
-                raise I.InstallError(
-                    "reference pages changed while bundling; run the command again"
-                )
+        _write_zip(out, plan, version, stamp, dirs)
     except OSError as e:
         raise I.InstallError(f"{getattr(e, 'filename', None) or out}: {e.strerror or e}") from None
     except ValueError as e:  # SKILL.md without frontmatter
         raise I.InstallError(f"{root_p / 'SKILL.md'}: {e}") from None
     size = out.stat().st_size
-    log(f"wrote {out} ({len(plan.files) + 1} files, {I._human(size)}, torch {version})")
+    log(f"wrote {out} ({len(plan.files) + 1} files, {I.human_size(size)}, torch {version})")
     return out
+
+
+def _fresh_index(root: Path, dirs: dict[str, str]) -> tuple[str, str]:
+    """(torch version, page stamp) of the index, refused unless it matches the pages on disk."""
+    from fsdp_skill import paths
+    from fsdp_skill.freshness import fingerprint
+    from fsdp_skill.index.store import Index, IndexFileError
+    from fsdp_skill.skill.install import InstallError
+
+    try:
+        index = Index(paths.index_path(str(root)))
+    except IndexFileError as e:
+        raise InstallError(f"no usable index to bundle ({e}); run: fsdp-skill build") from None
+    try:
+        version = index.header.get("torch_version", "") or "unknown"
+        stamp = index.stamp()
+    except IndexFileError as e:
+        raise InstallError(f"the index is corrupt ({e}); run: fsdp-skill build --force") from None
+    finally:
+        index.close()
+    if stamp != fingerprint(dirs):
+        raise InstallError("the index does not match the reference pages; run: fsdp-skill build")
+    return version, stamp
+
+
+def _output_path(output: str | os.PathLike[str] | None, version: str) -> Path:
+    """--output as given, the default name inside it when it is a folder, or in the cwd."""
+    from pathlib import Path
+
+    from fsdp_skill.skill.install import InstallError
+
+    out = Path(output).expanduser() if output else Path.cwd() / default_name(version)
+    if out.is_dir() or (output and str(output).endswith(("/", os.sep))):
+        if not out.is_dir():
+            raise InstallError(f"{out}: no such folder")
+        out = out / default_name(version)
+    if not out.parent.is_dir():
+        raise InstallError(f"{out.parent}: no such folder")
+    return out
+
+
+def _write_zip(out: Path, plan: Plan, version: str, stamp: str, dirs: dict[str, str]) -> None:
+    """The planned files under pytorch-fsdp/, SKILL.md stamped with the torch version, and the
+    pages' times (TIMES_FILE); written through a temp file, so `out` is whole or untouched."""
+    import hashlib
+    import zipfile
+
+    from fsdp_skill import files, paths
+    from fsdp_skill.freshness import fingerprint
+    from fsdp_skill.skill.install import InstallError
+
+    times = []
+    with (
+        files.replacing(out) as f,
+        zipfile.ZipFile(f, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=9) as zf,
+    ):
+        for rel, src, _ in plan.files:
+            st = src.stat()
+            info = _zip_info(f"{paths.SKILL_NAME}/{rel}", st.st_mtime, st.st_mode & 0xFFFF)
+            data = src.read_bytes()
+            if rel == "SKILL.md":
+                data = with_torch_metadata(data.decode("utf-8"), version).encode("utf-8")
+            elif rel.startswith("references/") and rel.endswith(".md"):
+                times.append(
+                    f"{rel}\t{len(data)}\t{st.st_mtime_ns}\t{hashlib.sha256(data).hexdigest()}"
+                )
+            zf.writestr(info, data)
+        info = _zip_info(f"{paths.SKILL_NAME}/{TIMES_FILE}", 0, 0o644)
+        zf.writestr(info, "\n".join(times) + "\n")
+        # Pages edited while we zipped would leave the bundle's index stale: refuse it.
+        if fingerprint(dirs) != stamp:
+            raise InstallError("reference pages changed while bundling; run the command again")
+
+
+def _zip_info(name: str, mtime: float, mode: int) -> zipfile.ZipInfo:
+    import zipfile
+
+    info = zipfile.ZipInfo(name, date_time=_zip_time(mtime))
+    info.compress_type = zipfile.ZIP_DEFLATED
+    info.external_attr = mode << 16
+    return info
 
 
 # -- llms.txt (fsdp-skill export --llms-txt DIR) --------------------------------------------
@@ -199,7 +245,7 @@ SOURCE_HEADINGS = {
 }
 
 
-def _first_sentence(text, limit=160):
+def _first_sentence(text: str, limit: int = 160) -> str:
     """A page's one-line description: its first prose line, cut at a sentence end."""
     for block in text.split("\n\n"):
         line = " ".join(block.split())
@@ -213,12 +259,17 @@ def _first_sentence(text, limit=160):
     return ""
 
 
-def export_llms_txt(folder, *, root=None, log=print):
+def export_llms_txt(
+    folder: str | os.PathLike[str],
+    *,
+    root: str | os.PathLike[str] | None = None,
+    log: Callable[[str], None] = print,
+) -> tuple[Path, Path]:
     """Write llms.txt (an index of the pages: title, versioned URL, one line each) and
     llms-full.txt (every page's text) into `folder`, following the llms.txt convention."""
     from pathlib import Path
 
-    from fsdp_skill import files, paths
+    from fsdp_skill import files
     from fsdp_skill.mcp_server import Docs, ToolFailure
     from fsdp_skill.skill.install import InstallError
 
@@ -229,38 +280,42 @@ def export_llms_txt(folder, *, root=None, log=print):
         raise InstallError(f"{out}: cannot create: {e.strerror or e}") from None
     docs = Docs(str(root) if root else None)
     try:
-
-        def collect(index):
-            table = docs._section_table(index)
-            pages = []
-            for path, sections in table["pages"].items():
-                if (
-                    all(s["flags"] == "shadowed" for s in sections)
-                    or sections[0]["flags"] == "stale"
-                ):
-                    continue  # the scraped page that replaces it is listed instead
-                text = "\n\n".join(
-                    (
-                        f"{'#' * min(len(s['breadcrumbs']) + 1, 6)} {s['title']}\n\n"
-                        if len(s["breadcrumbs"]) > 1
-                        else ""
-                    )
-                    + docs._section_text(index, s)
-                    for s in sections
-                )
-                apis = [
-                    s["objects"][0] for s in sections if s["objects"] and s["source"] != "guide"
-                ]
-                pages.append((sections[0], path, text, apis))
-            return pages, index.header.get("torch_version", "")
-
-        pages, version = docs._with_index(collect)
+        pages, version = docs.with_index(lambda index: _collect_pages(docs, index))
     except ToolFailure as e:
         raise InstallError(str(e)) from None
     finally:
         docs.close()
     order = {s: n for n, s in enumerate(SOURCE_HEADINGS)}
     pages.sort(key=lambda p: (order.get(p[0]["source"], 9), p[0]["breadcrumbs"][0].lower()))
+    index_lines, full = _llms_lines(pages, version)
+    try:
+        files.write_text(out / "llms.txt", "\n".join(index_lines) + "\n")
+        files.write_text(out / "llms-full.txt", "\n".join(full) + "\n")
+    except OSError as e:
+        raise InstallError(f"{getattr(e, 'filename', None) or out}: {e.strerror or e}") from None
+    log(
+        f"wrote {out / 'llms.txt'} and {out / 'llms-full.txt'} ({len(pages)} pages, torch {version})"
+    )
+    return out / "llms.txt", out / "llms-full.txt"
+
+
+def _collect_pages(docs: Docs, index: Index) -> tuple[list[Page], str]:
+    """Every page the search serves, with its text, and the index's torch version."""
+    table = docs.section_table(index)
+    pages = []
+    for path, sections in table["pages"].items():
+        if all(s["flags"] == "shadowed" for s in sections) or sections[0]["flags"] == "stale":
+            continue  # the scraped page that replaces it is listed instead
+        text = "\n\n".join(docs.page_parts(index, sections))
+        apis = [s["objects"][0] for s in sections if s["objects"] and s["source"] != "guide"]
+        pages.append((sections[0], path, text, apis))
+    return pages, index.header.get("torch_version", "")
+
+
+def _llms_lines(pages: list[Page], version: str) -> tuple[list[str], list[str]]:
+    """The lines of llms.txt (one per page, under a heading per source) and of llms-full.txt."""
+    from fsdp_skill import paths
+
     head = [
         f"# PyTorch FSDP and torch.distributed ({paths.SKILL_NAME} skill, torch {version})",
         "",
@@ -293,18 +348,10 @@ def export_llms_txt(folder, *, root=None, log=print):
             "",
             text.strip(),
         ]
-    try:
-        files.write_text(out / "llms.txt", "\n".join(index_lines) + "\n")
-        files.write_text(out / "llms-full.txt", "\n".join(full) + "\n")
-    except OSError as e:
-        raise InstallError(f"{getattr(e, 'filename', None) or out}: {e.strerror or e}") from None
-    log(
-        f"wrote {out / 'llms.txt'} and {out / 'llms-full.txt'} ({len(pages)} pages, torch {version})"
-    )
-    return out / "llms.txt", out / "llms-full.txt"
+    return index_lines, full
 
 
-def export_main(argv=None):
+def export_main(argv: list[str] | None = None) -> int:
     from fsdp_skill.argparsing import OneLineParser
     from fsdp_skill.skill.install import InstallError
 
@@ -332,7 +379,7 @@ def export_main(argv=None):
     return 0
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     from fsdp_skill.argparsing import OneLineParser
     from fsdp_skill.skill.install import InstallError
 

@@ -16,22 +16,26 @@ installs for every agent whose home folder exists on this machine, once per dist
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import dataclasses
 import os
 import secrets
 import shutil
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from fsdp_skill import files
+from fsdp_skill import files, paths
 from fsdp_skill.argparsing import OneLineParser
+from fsdp_skill.paths import SKILL_NAME
 
-try:
-    from fsdp_skill.paths import SKILL_NAME
-except ImportError:  # paths.py is the lead's; keep working while it is absent
-    SKILL_NAME = "pytorch-fsdp"
+if TYPE_CHECKING:
+    from types import FrameType
+
+    SignalHandler = Callable[[int, FrameType | None], object] | int | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,8 +137,6 @@ AGENTS = {
     ),
 }
 SCOPES = ("user", "project")
-# Kept for callers of the earlier table: agent -> (variable that moves its home, default home).
-AGENT_HOMES = {name: (a.home_env, a.home) for name, a in AGENTS.items()}
 # Top-level folders copied whole (minus caches and temp files).
 TREES = ("scripts", "references", "assets")
 PACKAGE = Path("src") / "fsdp_skill"
@@ -145,7 +147,13 @@ LOCK_TIMEOUT_S = 120.0
 # What building the references and index needs: pyproject.toml's build-time dependencies (the
 # scraper's are not needed; the query path needs none). A copy made by `git clone` or
 # `npx skills add` has no pyproject install behind it, so the first search names these.
-BUILD_REQUIREMENTS = ("markdown-it-py>=3.0", "rank-bm25>=0.2.2", "PyYAML>=6.0", "filelock>=3.12")
+BUILD_REQUIREMENTS = (
+    "markdown-it-py>=3.0",
+    "rank-bm25>=0.2.2",
+    "PyYAML>=6.0",
+    "filelock>=3.12",
+    "packaging>=23",
+)
 TORCH_REQUIREMENT = "torch>=2.6"
 # import name -> the requirement that provides it
 BUILD_MODULES = {
@@ -153,6 +161,7 @@ BUILD_MODULES = {
     "rank_bm25": "rank-bm25>=0.2.2",
     "yaml": "PyYAML>=6.0",
     "filelock": "filelock>=3.12",
+    "packaging": "packaging>=23",
     "torch": TORCH_REQUIREMENT,
 }
 
@@ -284,9 +293,7 @@ def build_requirements_command(
     reqs = ([TORCH_REQUIREMENT] if with_torch else []) + list(BUILD_REQUIREMENTS)
     pip_args = " ".join(_quote(r) for r in reqs)
     if _externally_managed():
-        from fsdp_skill.paths import user_cache_dir
-
-        venv = os.path.join(user_cache_dir(), "venv")
+        venv = os.path.join(paths.user_cache_dir(), "venv")
         vpy = os.path.join(venv, "bin", "python")
         cmd = f"{_quote(python)} -m venv {_quote(venv)} && {_quote(vpy)} -m pip install {pip_args}"
         if rerun:
@@ -308,7 +315,7 @@ def missing_build_modules(with_torch: bool = True) -> list[str]:
             continue
         try:
             found = importlib.util.find_spec(module) is not None
-        except (ImportError, ValueError):
+        except (ImportError, ValueError):  # a broken third-party install counts as missing
             found = False
         if not found:
             out.append(req)
@@ -351,11 +358,7 @@ def _walk(src: Path, prefix: str) -> list[tuple[str, Path, int]]:
 
 
 def _data_dir(root: Path) -> Path:
-    try:
-        from fsdp_skill.paths import data_dir
-    except ImportError:
-        return root / "references"
-    return Path(data_dir(str(root)))
+    return Path(paths.data_dir(str(root)))
 
 
 def plan(root: Path, dest: Path) -> Plan:
@@ -366,46 +369,28 @@ def plan(root: Path, dest: Path) -> Plan:
         )
     if not (root / PACKAGE).is_dir():
         raise InstallError(f"{root}: no {PACKAGE.as_posix()}/, which the installed scripts import")
-    files: dict[str, tuple[Path, int]] = {
+    chosen: dict[str, tuple[Path, int]] = {
         "SKILL.md": (root / "SKILL.md", (root / "SKILL.md").stat().st_size)
     }
     for extra in sorted(root.glob("LICENSE*")):
         if extra.is_file():
-            files[extra.name] = (extra, extra.stat().st_size)
+            chosen[extra.name] = (extra, extra.stat().st_size)
     for tree in TREES:
         for rel, src, size in _walk(root / tree, tree):
-            files[rel] = (src, size)
+            chosen[rel] = (src, size)
     data = _data_dir(root)
     if data.resolve() != (root / "references").resolve():
         # Generated pages and the index were written outside the skill: ship them inside it.
         for sub in GENERATED:
             for rel, src, size in _walk(data / sub, f"references/{sub}"):
-                files[rel] = (src, size)
+                chosen[rel] = (src, size)
     for rel, src, size in _walk(root / PACKAGE, PACKAGE.as_posix()):
-        files[rel] = (src, size)
-    return Plan(dest=dest, files=[(rel, src, size) for rel, (src, size) in sorted(files.items())])
+        chosen[rel] = (src, size)
+    return Plan(dest=dest, files=[(rel, src, size) for rel, (src, size) in sorted(chosen.items())])
 
 
-def _default_root() -> Path:
-    try:
-        from fsdp_skill.paths import skill_root
-    except ImportError:
-        return Path(__file__).resolve().parents[3]
-    return Path(skill_root())
-
-
-def _default_ensure_index() -> Callable[[Path], Path] | None:
-    try:
-        from fsdp_skill.build import ensure_index
-    except ImportError as e:
-        # Only a missing module means "no builder yet"; a broken one must surface.
-        if e.name not in ("fsdp_skill.build", "fsdp_skill"):
-            raise
-        return None
-    return ensure_index
-
-
-def _human(n: int) -> str:
+def human_size(n: int) -> str:
+    """A byte count as people read it: 812 B, 3.4 KiB, 17.0 MiB."""
     size = float(n)
     for unit in ("B", "KiB", "MiB", "GiB"):
         if size < 1024 or unit == "GiB":
@@ -425,14 +410,6 @@ def _check_overlap(root: Path, dest: Path) -> None:
             raise InstallError(
                 f"{dest}: inside {src.relative_to(root_r)}, which the install copies"
             )
-
-
-def _fresh_name(parent: Path, kind: str) -> Path:
-    for _ in range(100):
-        candidate = parent / f".{SKILL_NAME}.{kind}-{secrets.token_hex(4)}"
-        if not candidate.exists() and not candidate.is_symlink():
-            return candidate
-    raise InstallError(f"{parent}: cannot find a free temporary name")
 
 
 def _remove_leftovers(parent: Path, dest: Path) -> None:
@@ -475,10 +452,27 @@ def install(
 ) -> Plan:
     """Install the skill as TARGET/pytorch-fsdp; returns what was (or, dry run, would be) written.
 
-    `ensure_index(root) -> index dir` builds references and index for the local torch first; by
-    default `fsdp_skill.build.ensure_index`, skipped with a warning while that does not exist.
+    `ensure_index(root) -> index path` builds references and index for the local torch first
+    (`fsdp_skill.build.ensure_index` by default). The steps: check the destination, build, plan
+    the copy, then under the install lock stage it, validate the staged copy and swap it in.
     """
-    root_p = Path(root) if root is not None else _default_root()
+    root_p = Path(root) if root is not None else Path(paths.skill_root())
+    parent, dest = _destination(target, root_p)
+    if dry_run:
+        p = plan(root_p, dest)
+        _report_dry_run(p, root_p, log)
+        return p
+    if build:
+        _check_index_inside(build_index(root_p, ensure_index), root_p)
+    p = plan(root_p, dest)
+    with _install_lock(parent):
+        _stage_check_swap(p, parent, verify)
+    log(f"installed {SKILL_NAME} into {dest} ({len(p.files)} files, {human_size(p.total_bytes)})")
+    return p
+
+
+def _destination(target: str | os.PathLike[str], root: Path) -> tuple[Path, Path]:
+    """(skills folder, TARGET/pytorch-fsdp), refused when they cannot hold a plain copy."""
     if not str(target).strip():
         raise InstallError("the target folder must not be empty")
     parent = Path(target).expanduser()
@@ -490,43 +484,54 @@ def install(
             raise InstallError(
                 f"{dest}: exists and is not a plain folder; remove it or choose another --target"
             )
-        _check_overlap(root_p, dest)
+        _check_overlap(root, dest)
     except OSError as e:  # e.g. EACCES from stat() inside a folder this user cannot enter
         raise InstallError(f"{e.filename or parent}: {e.strerror or e}") from None
+    return parent, dest
 
-    if dry_run:
-        p = plan(root_p, dest)
-        for rel, _, size in p.files:
-            log(f"{SKILL_NAME}/{rel}  {_human(size)}")
-        index = _data_dir(root_p) / "index"
-        if not index.is_dir() or not any(index.iterdir()):
-            log(
-                "note: the index is not built yet; a real install builds it first (not counted above)"
-            )
-        log(f"would write {len(p.files)} files ({_human(p.total_bytes)}) to {dest}")
-        return p
 
-    if build:
-        builder = ensure_index or _default_ensure_index()
-        if builder is None:
-            print(
-                "fsdp-skill install: warning: fsdp_skill.build is missing; copying references as they are",
-                file=sys.stderr,
-            )
-        else:
-            try:
-                index_dir = Path(builder(root_p))
-            except (KeyboardInterrupt, SystemExit):
-                raise
-            except Exception as e:  # noqa: BLE001 - one line for the user, not a traceback
-                raise InstallError(f"building the index failed: {type(e).__name__}: {e}") from None
-            data = _data_dir(root_p).resolve()
-            if data not in index_dir.resolve().parents:
-                raise InstallError(
-                    f"index was built in {index_dir}, outside {data}; the copy would lack it"
-                )
+def _report_dry_run(p: Plan, root: Path, log: Callable[[str], None]) -> None:
+    for rel, _, size in p.files:
+        log(f"{SKILL_NAME}/{rel}  {human_size(size)}")
+    index = _data_dir(root) / "index"
+    if not index.is_dir() or not any(index.iterdir()):
+        log("note: the index is not built yet; a real install builds it first (not counted above)")
+    log(f"would write {len(p.files)} files ({human_size(p.total_bytes)}) to {p.dest}")
 
-    p = plan(root_p, dest)
+
+def build_index(root: Path, ensure_index: Callable[[Path], Path] | None = None) -> Path:
+    """Build the references and index for the local torch (what `install` and `bundle` ship).
+
+    Returns the index path `ensure_index` gives; its failure becomes one InstallError line.
+    """
+    if ensure_index is None:
+        # Imported here, not at the top: a search that only serves an index imports this module
+        # for its first-use hint, where the build's dependencies may be missing.
+        from fsdp_skill import build
+
+        ensure_index = build.ensure_index
+    try:
+        return Path(ensure_index(root))
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as e:  # noqa: BLE001 - one line for the user, not a traceback
+        raise InstallError(f"building the index failed: {type(e).__name__}: {e}") from None
+
+
+def _check_index_inside(index: Path, root: Path) -> None:
+    """The copy takes the index from the data folder: one built elsewhere would be left out."""
+    data = _data_dir(root).resolve()
+    if data not in index.resolve().parents:
+        raise InstallError(f"index was built in {index}, outside {data}; the copy would lack it")
+
+
+def _os_error(e: OSError, where: Path) -> InstallError:
+    return InstallError(f"{getattr(e, 'filename', None) or where}: {e.strerror or e}")
+
+
+@contextlib.contextmanager
+def _install_lock(parent: Path) -> Iterator[None]:
+    """One install at a time into `parent` (created if missing); held for stage, check and swap."""
     try:
         parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -544,55 +549,62 @@ def install(
     except OSError as e:
         raise InstallError(f"{parent}: cannot lock: {e.strerror or e}") from None
     try:
-        try:
-            _remove_leftovers(parent, dest)
-            staging = _fresh_name(parent, "tmp")
-        except OSError as e:
-            raise InstallError(
-                f"{getattr(e, 'filename', None) or parent}: {e.strerror or e}"
-            ) from None
-        try:
-            staging.mkdir()
-            for rel, src, _ in p.files:
-                out = staging / rel
-                out.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(src, out)
-            if verify:
-                problems = _verify(staging, str(dest))
-                if problems:
-                    for line in problems:
-                        print(line, file=sys.stderr)
-                    raise InstallError(
-                        f"the copy fails validation ({len(problems)} problems above); {dest} is unchanged"
-                    )
-            _swap(staging, dest, parent)
-        except OSError as e:
-            raise InstallError(
-                f"{getattr(e, 'filename', None) or parent}: {e.strerror or e}"
-            ) from None
-        finally:
-            # After a swap this holds the previous copy; after a failure, the partial new one.
-            files.rmtree(staging)
+        yield
     finally:
         lock.release()
 
-    log(f"installed {SKILL_NAME} into {dest} ({len(p.files)} files, {_human(p.total_bytes)})")
-    return p
+
+def _stage_check_swap(p: Plan, parent: Path, verify: bool) -> None:
+    """Copy into a hidden staging folder beside `p.dest`, validate it, swap it in (under the lock)."""
+    try:
+        _remove_leftovers(parent, p.dest)
+    except OSError as e:
+        raise _os_error(e, parent) from None
+    staging = files.temp_name(p.dest)
+    try:
+        _stage(p, staging)
+        if verify:
+            _validate_staged(staging, p.dest)
+        _swap(staging, p.dest)
+    except OSError as e:
+        raise _os_error(e, parent) from None
+    finally:
+        # After a swap this holds the previous copy; after a failure, the partial new one.
+        files.rmtree(staging)
 
 
-def _swap(staging: Path, dest: Path, parent: Path) -> None:
+def _stage(p: Plan, staging: Path) -> None:
+    staging.mkdir()
+    for rel, src, _ in p.files:
+        out = staging / rel
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, out)
+
+
+def _validate_staged(staging: Path, dest: Path) -> None:
+    problems = _verify(staging, str(dest))
+    if problems:
+        for line in problems:
+            print(line, file=sys.stderr)
+        raise InstallError(
+            f"the copy fails validation ({len(problems)} problems above); {dest} is unchanged"
+        )
+
+
+def _swap(staging: Path, dest: Path) -> None:
     """Readers see the old copy or the new one, never a half-written or missing folder.
 
     One atomic exchange puts the new copy at `dest` and the old one at `staging`, which the
-    caller removes. Without an atomic swap (see fsdp_skill.files) it takes two renames through a fresh
-    `.old-` name, and a kill between them is repaired by the next install.
+    caller removes. Without an atomic swap (see fsdp_skill.files) it takes two renames through a
+    fresh `.old-` name, and a kill between them is repaired by the next install.
     """
-    previous = files.swap_in(staging, dest, _fresh_name(parent, "old"))
+    spare = dest.with_name(f".{SKILL_NAME}.old-{secrets.token_hex(4)}")
+    previous = files.swap_in(staging, dest, spare)
     if previous is not None and previous != staging:
         files.rmtree(previous)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> OneLineParser:
     parser = OneLineParser(
         prog="fsdp-skill install",
         description=f"Build the references and index for the local torch, then copy the skill into "
@@ -626,6 +638,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-verify", action="store_true", help="skip validating the copy before swapping it in"
     )
+    return parser
+
+
+def _parse(argv: list[str] | None) -> tuple[argparse.Namespace, str]:
+    """The arguments and the scope, with the combinations argparse cannot express refused."""
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.target is not None and not args.target.strip():
         parser.error("--target must name a folder, not an empty string")
@@ -638,23 +656,31 @@ def main(argv: list[str] | None = None) -> int:
         and AGENTS[args.agent].project is None
     ):
         parser.error(f"{args.agent} reads no project skills folder; use --scope user")
+    return args, scope
 
+
+def _install_each(args: argparse.Namespace, scope: str) -> None:
+    if args.target is not None:
+        targets = [("", Path(args.target))]
+    else:
+        targets = targets_for(
+            args.agent, scope, note=lambda m: print(f"fsdp-skill install: {m}", file=sys.stderr)
+        )
+    for n, (_, target) in enumerate(targets):
+        # One build is enough: later copies take the references and index the first one built.
+        install(
+            target,
+            dry_run=args.dry_run,
+            build=not args.no_build and n == 0,
+            verify=not args.no_verify,
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, scope = _parse(argv)
     previous_handler = _terminate_as_exception()
     try:
-        if args.target is not None:
-            targets = [("", Path(args.target))]
-        else:
-            targets = targets_for(
-                args.agent, scope, note=lambda m: print(f"fsdp-skill install: {m}", file=sys.stderr)
-            )
-        for n, (_, target) in enumerate(targets):
-            # One build is enough: later copies take the references and index the first one built.
-            install(
-                target,
-                dry_run=args.dry_run,
-                build=not args.no_build and n == 0,
-                verify=not args.no_verify,
-            )
+        _install_each(args, scope)
     except _Terminated:
         print("fsdp-skill install: terminated; the previous copy is left in place", file=sys.stderr)
         return 143
@@ -682,7 +708,7 @@ class _Terminated(BaseException):
     """SIGTERM arrived: unwinds like Ctrl-C, so the staging copy is removed on the way out."""
 
 
-def _terminate_as_exception():
+def _terminate_as_exception() -> SignalHandler | None:
     """Make SIGTERM raise _Terminated (main thread only); returns the handler it replaced.
 
     By default SIGTERM ends the process on the spot and leaves the hidden staging copy behind
@@ -693,7 +719,7 @@ def _terminate_as_exception():
     if threading.current_thread() is not threading.main_thread():
         return None
 
-    def handler(signum, frame):
+    def handler(signum: int, frame: FrameType | None) -> None:
         raise _Terminated()
 
     return signal.signal(signal.SIGTERM, handler)
