@@ -4,32 +4,67 @@ Subcommands import their modules lazily so `fsdp-skill search` stays as light as
 scripts/search.py.
 """
 
+from __future__ import annotations
+
 import sys
 
+# name -> (what it does, module, entry function taking argv); modules load only when chosen.
 COMMANDS = {
-    "search": "search the references (builds the index on first use)",
-    "build": "(re)build the API reference pages from the installed torch and the index",
-    "scrape": "refresh the references from docs.pytorch.org pages and tutorials",
-    "eval": "measure search quality on a question file",
-    "validate": "check a skill folder against the Agent Skills spec and our own rules",
-    "install": "copy the skill, with its references and index, into an agent's skills folder",
-    "bundle": "write a self-contained zip of the installed skill (references and index included)",
-    "mcp": "serve search, references and examples to an agent over MCP (stdio)",
-    "export": "write llms.txt and llms-full.txt of the references (--llms-txt DIR)",
+    "search": (
+        "search the references (builds the index on first use)",
+        "fsdp_skill.search.cli",
+        "command",
+    ),
+    "build": (
+        "(re)build the API reference pages from the installed torch and the index",
+        "fsdp_skill.cli",
+        "build_command",
+    ),
+    "scrape": (
+        "refresh the references from docs.pytorch.org pages and tutorials",
+        "fsdp_skill.scrape_cli",
+        "main",
+    ),
+    "eval": ("measure search quality on a question file", "fsdp_skill.eval", "main"),
+    "validate": (
+        "check a skill folder against the Agent Skills spec and our own rules",
+        "fsdp_skill.skill.validate",
+        "main",
+    ),
+    "install": (
+        "copy the skill, with its references and index, into an agent's skills folder",
+        "fsdp_skill.skill.install",
+        "main",
+    ),
+    "bundle": (
+        "write a self-contained zip of the installed skill (references and index included)",
+        "fsdp_skill.skill.bundle",
+        "main",
+    ),
+    "mcp": (
+        "serve search, references and examples to an agent over MCP (stdio)",
+        "fsdp_skill.mcp_server",
+        "main",
+    ),
+    "export": (
+        "write llms.txt and llms-full.txt of the references (--llms-txt DIR)",
+        "fsdp_skill.skill.bundle",
+        "export_main",
+    ),
 }
 
 
-def _usage():
+def _usage() -> str:
     lines = ["usage: fsdp-skill COMMAND [ARGS...]", "", "commands:"]
-    lines += [f"  {name:<9} {text}" for name, text in COMMANDS.items()]
+    lines += [f"  {name:<9} {text}" for name, (text, _, _) in COMMANDS.items()]
     lines += ["", "Run 'fsdp-skill COMMAND --help' for a command's options."]
     return "\n".join(lines)
 
 
-def _build(argv):
+def build_command(argv: list[str]) -> int:
     from fsdp_skill.argparsing import OneLineParser
 
-    p = OneLineParser(prog="fsdp-skill build", description=COMMANDS["build"])
+    p = OneLineParser(prog="fsdp-skill build", description=COMMANDS["build"][0])
     p.add_argument("--force", action="store_true", help="rebuild even when the index is fresh")
     args = p.parse_args(argv)
     from fsdp_skill.build import BuildError, ensure_index
@@ -50,7 +85,7 @@ def _build(argv):
     return 0
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     try:
         return _dispatch(sys.argv[1:] if argv is None else argv)
     except KeyboardInterrupt:
@@ -58,45 +93,16 @@ def main(argv=None):
         return 130
 
 
-def _dispatch(argv):
+def _dispatch(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
         return 0 if argv else 2
     cmd, rest = argv[0], argv[1:]
-    if cmd == "search":
-        from fsdp_skill.search.cli import run
+    if cmd in COMMANDS:
+        import importlib
 
-        return run(rest, prog="fsdp-skill search")
-    if cmd == "build":
-        return _build(rest)
-    if cmd == "scrape":
-        from fsdp_skill.sources.web.cli import main as scrape_main
-
-        return scrape_main(rest)
-    if cmd == "eval":
-        from fsdp_skill.eval import main as eval_main
-
-        return eval_main(rest)
-    if cmd == "validate":
-        from fsdp_skill.skill.validate import main as validate_main
-
-        return validate_main(rest)
-    if cmd == "install":
-        from fsdp_skill.skill.install import main as install_main
-
-        return install_main(rest)
-    if cmd == "bundle":
-        from fsdp_skill.skill.bundle import main as bundle_main
-
-        return bundle_main(rest)
-    if cmd == "export":
-        from fsdp_skill.skill.bundle import export_main
-
-        return export_main(rest)
-    if cmd == "mcp":
-        from fsdp_skill.mcp_server import main as mcp_main
-
-        return mcp_main(rest)
+        _, module, function = COMMANDS[cmd]
+        return getattr(importlib.import_module(module), function)(rest)
     print(f"fsdp-skill: error: unknown command {cmd!r}\n{_usage()}", file=sys.stderr)
     return 2
 
