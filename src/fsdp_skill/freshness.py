@@ -1,7 +1,5 @@
 """Is the index servable? Checked on every query, so: stdlib os/sys and our light modules only."""
 
-from __future__ import annotations
-
 import os
 
 from fsdp_skill.index.store import Index, IndexFileError

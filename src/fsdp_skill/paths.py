@@ -3,8 +3,6 @@
 Imported on every query: stdlib `os`/`sys` only (both are loaded by the interpreter anyway).
 """
 
-from __future__ import annotations
-
 import os
 import sys
 

@@ -25,8 +25,6 @@ Why a hand-written format: every question is a fresh process, and numpy (bm25s, 
 sqlite3 cost more to import than this whole search; SQLite FTS5 cannot weight query terms.
 """
 
-from __future__ import annotations
-
 import os
 import stat
 import sys
@@ -322,7 +320,9 @@ class Index:
         for n in range(self.n_docs):
             self.doc(n)
 
-    def scores(self, weighted_terms: Iterable[tuple[str, float]]) -> tuple[float, dict[int, float]]:
+    def scores(
+        self, weighted_terms: "Iterable[tuple[str, float]]"
+    ) -> tuple[float, dict[int, float]]:
         """BM25 scores as (constant, {doc: extra}); a doc's score is constant + extra.
 
         weighted_terms: [(term, query weight)]. With weight 1 for every query token this equals

@@ -6,8 +6,6 @@ No `re`: importing it costs ~5 ms, a third of a bare interpreter's start-up, and
 runs on every query.
 """
 
-from __future__ import annotations
-
 # ASCII characters that end a word; everything else (letters, digits, '_', '.', non-ASCII)
 # stays inside it.
 _SEPARATORS = {c: " " for c in range(128) if not (chr(c).isalnum() or chr(c) in "_.")}

@@ -4,8 +4,6 @@ The options are one table, OPTIONS: the parser, the defaults and `--help` all re
 option or a default cannot change in one and not the others.
 """
 
-from __future__ import annotations
-
 import sys
 
 from fsdp_skill.search.render import render_markdown
@@ -209,7 +207,7 @@ def payload(query: str, version: str, results: list[dict[str, object]]) -> dict[
     }
 
 
-def default_output(index: Index, query: str, source: str | None = None) -> str:
+def default_output(index: "Index", query: str, source: str | None = None) -> str:
     """Exactly what `search.py QUERY` prints with the default options (used by eval --answers)."""
     from fsdp_skill.search.engine import condense_query, search
 

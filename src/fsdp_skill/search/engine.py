@@ -4,8 +4,6 @@ Runs once per agent question in a fresh process, so it imports nothing heavy: no
 sqlite, json or re (each costs milliseconds against a ~10 ms interpreter start).
 """
 
-from __future__ import annotations
-
 import os
 
 from fsdp_skill import paths
@@ -144,7 +142,7 @@ def _is_exception_line(line: str) -> bool:
 
 
 def query_terms(
-    query: str, use_expansion: bool = True, tokenizer: Callable[[str], list[str]] = tokenize
+    query: str, use_expansion: bool = True, tokenizer: "Callable[[str], list[str]]" = tokenize
 ) -> list[tuple[str, float]]:
     """[(term, weight)] for a query: its own tokens, plus curated expansions at lower weight."""
     terms = [(t, 1.0) for t in tokenizer(query)]
@@ -226,7 +224,7 @@ def search(
     source: str | None = None,
     use_expansion: bool = True,
     diversity: bool = True,
-    tokenizer: Callable[[str], list[str]] = tokenize,
+    tokenizer: "Callable[[str], list[str]]" = tokenize,
     per_page_cap: int = PER_PAGE_CAP,
     quoted_titles: bool = True,
 ) -> list[dict[str, object]]:

@@ -5,8 +5,6 @@ Users describe symptoms ("hangs", "OOM", "uneven inputs") or other frameworks' n
 the API words at a lower weight than the user's own words, so an exact match still wins.
 """
 
-from __future__ import annotations
-
 from fsdp_skill.index.tokenization import STOPWORDS, tokenize
 
 WEIGHT = 0.4

@@ -4,8 +4,6 @@ Each hit gets a share of the budget by its score; a hit longer than its share sh
 block and the blocks that match the query best, so an agent reads the answer, not a page.
 """
 
-from __future__ import annotations
-
 from fsdp_skill.index.tokenization import tokenize
 
 MAX_API_NAMES = 4
@@ -65,6 +63,23 @@ def _paragraphs(text: str) -> list[str]:
     return out
 
 
+# Query terms per block, kept for one set of query terms: the budget passes call `excerpt`
+# again on the same hits, and tokenizing their blocks is most of the rendering time.
+_shared: dict[str, int] = {}
+_shared_for: list[frozenset[str]] = [frozenset()]
+
+
+def _shared_terms(block: str, terms: set[str]) -> int:
+    """How many of the query's terms the block contains (cached while the terms stay the same)."""
+    if _shared_for[0] != terms:
+        _shared.clear()
+        _shared_for[0] = frozenset(terms)
+    n = _shared.get(block)
+    if n is None:
+        n = _shared[block] = len(terms.intersection(tokenize(block)))
+    return n
+
+
 def excerpt(text: str, terms: set[str], room: int) -> str:
     """At most `room` chars of `text`: its first block, then the blocks that share the most
     query terms, in their original order, with `[...]` where blocks were left out."""
@@ -75,9 +90,7 @@ def excerpt(text: str, terms: set[str], room: int) -> str:
     used = len(paras[0])
     if used > room:
         return truncate(paras[0], room - 20) + "\n[...]"
-    scored = sorted(
-        range(1, len(paras)), key=lambda i: (-len(terms.intersection(tokenize(paras[i]))), i)
-    )
+    scored = sorted(range(1, len(paras)), key=lambda i: (-_shared_terms(paras[i], terms), i))
     for i in scored:
         cost = len(paras[i]) + len(GAP)
         if used + cost <= room:
