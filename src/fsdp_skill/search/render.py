@@ -63,26 +63,13 @@ def _paragraphs(text: str) -> list[str]:
     return out
 
 
-# Query terms per block, kept for one set of query terms: the budget passes call `excerpt`
-# again on the same hits, and tokenizing their blocks is most of the rendering time.
-_shared: dict[str, int] = {}
-_shared_for: list[frozenset[str]] = [frozenset()]
-
-
-def _shared_terms(block: str, terms: set[str]) -> int:
-    """How many of the query's terms the block contains (cached while the terms stay the same)."""
-    if _shared_for[0] != terms:
-        _shared.clear()
-        _shared_for[0] = frozenset(terms)
-    n = _shared.get(block)
-    if n is None:
-        n = _shared[block] = len(terms.intersection(tokenize(block)))
-    return n
-
-
-def excerpt(text: str, terms: set[str], room: int) -> str:
+def excerpt(text: str, terms: set[str], room: int, counts: dict[str, int] | None = None) -> str:
     """At most `room` chars of `text`: its first block, then the blocks that share the most
-    query terms, in their original order, with `[...]` where blocks were left out."""
+    query terms, in their original order, with `[...]` where blocks were left out.
+
+    `counts` caches each block's number of query terms across calls for the same `terms`: the
+    budget passes excerpt the same hits again, and tokenizing blocks is most of the render time.
+    """
     if len(text) <= room:
         return text
     paras = _paragraphs(text)
@@ -90,7 +77,12 @@ def excerpt(text: str, terms: set[str], room: int) -> str:
     used = len(paras[0])
     if used > room:
         return truncate(paras[0], room - 20) + "\n[...]"
-    scored = sorted(range(1, len(paras)), key=lambda i: (-_shared_terms(paras[i], terms), i))
+    if counts is None:
+        counts = {}
+    for p in paras[1:]:
+        if p not in counts:
+            counts[p] = len(terms.intersection(tokenize(p)))
+    scored = sorted(range(1, len(paras)), key=lambda i: (-counts[paras[i]], i))
     for i in scored:
         cost = len(paras[i]) + len(GAP)
         if used + cost <= room:
@@ -164,7 +156,8 @@ def _excerpts(
     blocks: list[tuple[str, str]], caps: list[int], budget: int, terms: set[str]
 ) -> list[str]:
     """Each shown hit's text cut to its cap, then re-cut with the characters left over."""
-    texts = [excerpt(t, terms, max(c, 0)) for (_, t), c in zip(blocks, caps)]
+    counts: dict[str, int] = {}  # per render: the same blocks come back in every pass
+    texts = [excerpt(t, terms, max(c, 0), counts) for (_, t), c in zip(blocks, caps)]
     for _ in range(SLACK_ROUNDS):
         # Excerpts keep whole blocks, so they often come in under their allowance: give the
         # slack to the hits that were cut.
@@ -174,11 +167,11 @@ def _excerpts(
             break
         for i in cut:
             caps[i] += slack // len(cut)
-            texts[i] = excerpt(blocks[i][1], terms, caps[i])
+            texts[i] = excerpt(blocks[i][1], terms, caps[i], counts)
         while sum(len(t) for t in texts) > budget:
             i = max(cut, key=lambda j: len(texts[j]))
             caps[i] -= 100
-            texts[i] = excerpt(blocks[i][1], terms, caps[i])
+            texts[i] = excerpt(blocks[i][1], terms, caps[i], counts)
     return texts
 
 
