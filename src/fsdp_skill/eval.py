@@ -115,8 +115,13 @@ def _check_answer_fields(path: str | os.PathLike[str], q: Question) -> None:
             )
 
 
+_MARKUP = str.maketrans("", "", "`*")
+
+
 def _norm(text: str) -> str:
-    return " ".join(text.lower().split())
+    """Lower-cased, whitespace-collapsed, without Markdown code and emphasis marks: a rule's
+    "before fully_shard" must match an output's "*before* `fully_shard`"."""
+    return " ".join(text.lower().translate(_MARKUP).split())
 
 
 def answer_text(output: str) -> str:

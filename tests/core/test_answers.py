@@ -19,6 +19,12 @@ def test_fact_needs_every_group_and_any_alternative():
     assert not fact_covered(FACT, _norm("the same parameters every time"))  # the other missing
 
 
+def test_markdown_marks_do_not_hide_a_stated_fact():
+    fact = {"fact": "shard after resizing", "terms": [["before fully_shard"], ["be none"]]}
+    assert fact_covered(fact, _norm("Resize *before* `fully_shard`; it must be ``None``."))
+    assert not fact_covered(fact, _norm("Resize after `fully_shard`; it must be ``None``."))
+
+
 def test_answer_metrics_per_kind_and_topic():
     qs = [
         {

@@ -65,6 +65,17 @@ def _():
     model.load_state_dict(full)  # plain tensors into DTensor parameters
 
 
+@repro("fsdp-full-state-dict-shape-mismatch", world=2)
+def _():
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    model = nn.Sequential(nn.Embedding(16, 4), nn.Linear(4, 4))
+    fully_shard(model)
+    full = nn.Sequential(nn.Embedding(20, 4), nn.Linear(4, 4)).state_dict()  # a larger vocab
+    opts = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    set_model_state_dict(model, full, options=opts)
+
+
 @repro("fsdp-tied-params-separate-groups")
 def _():
     model = nn.Sequential(nn.Linear(4, 4, bias=False), nn.Linear(4, 4, bias=False))
@@ -276,6 +287,23 @@ def _():
 
     x = torch.randn(2, 4, requires_grad=True)
     checkpoint(block, x, use_reentrant=False).sum().backward()
+
+
+@repro("ac-unpacked-twice")
+def _():
+    class Twice(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, grad):
+            a, b = ctx.saved_tensors[0], ctx.saved_tensors[0]  # unpacked twice
+            return grad * 2 + 0 * a * b
+
+    x = torch.randn(3, requires_grad=True)
+    checkpoint(lambda t: Twice.apply(t).sin(), x, use_reentrant=False).sum().backward()
 
 
 @repro("ac-different-number-saved")

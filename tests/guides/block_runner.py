@@ -3,7 +3,8 @@
 Usage: torchrun --nproc-per-node N block_runner.py BLOCKS.json OUT_DIR
 Each block runs in a fresh namespace holding the names every guide block may assume (os,
 contextlib, torch, nn, F, dist) plus what its setup adds, on a gloo process group unless the
-block creates its own. Writes OUT_DIR/rank<R>.json: {block id: error text, or "" when it passed}.
+block creates its own. Writes OUT_DIR/rank<R>.json: {block id: error text, or "" when it passed},
+after each block, and OUT_DIR/rank<R>.started before the first.
 """
 
 from __future__ import annotations
@@ -161,12 +162,16 @@ def main() -> None:
     rank = int(os.environ.get("RANK", "0"))
     setups = _setups()
     results = {}
+    # The rank came up: from here on, a block missing from its results is one that died.
+    (out / f"rank{rank}.started").touch()
     for b in blocks:
         try:
             results[b["id"]] = run_block(b, setups)
         except BaseException as exc:  # noqa: BLE001 - a broken group must not stop the others
             results[b["id"]] = f"harness: {type(exc).__name__}: {exc}"
-        if results[b["id"]] and dist.is_initialized():
+        # A failed block may leave its group broken, and a block's own group has its own
+        # timeout: either way the next block starts on a fresh one from ensure_group.
+        if (results[b["id"]] or "init_process_group(" in b["code"]) and dist.is_initialized():
             with contextlib.suppress(Exception):
                 dist.destroy_process_group()
         (out / f"rank{rank}.json").write_text(json.dumps(results))

@@ -63,8 +63,9 @@ def kill_tree(proc: subprocess.Popen, marker: str) -> None:
                     os.kill(int(pid), signal.SIGKILL)
 
 
-def run_world(blocks: list, world: int) -> dict[str, list[str]]:
-    """Run blocks on `world` gloo ranks; {block id: [error per rank]} ('' = passed)."""
+def _launch(blocks: list, world: int) -> tuple[list[dict[str, str] | None], str]:
+    """One torchrun job over `blocks`: (each rank's {block id: error}, or None for a rank whose
+    runner never came up; the launch's stderr)."""
     payload = [
         {
             "id": b.id,
@@ -118,19 +119,70 @@ def run_world(blocks: list, world: int) -> dict[str, list[str]]:
                 proc.wait()
                 note = f"killed after {LAUNCH_TIMEOUT_S}s\n"
         err = note + log.read_text(errors="replace")
-        results: dict[str, list[str]] = {b.id: [] for b in blocks}
+        per_rank = []
         for rank in range(world):
             f = Path(tmp) / f"rank{rank}.json"
-            got = json.loads(f.read_text()) if f.exists() else {}
-            for b in blocks:
-                results[b.id].append(
-                    got.get(b.id, f"rank {rank} never finished this block: {err[-1500:]}")
-                )
+            if not (Path(tmp) / f"rank{rank}.started").exists():
+                per_rank.append(None)
+            else:
+                per_rank.append(json.loads(f.read_text()) if f.exists() else {})
+        return per_rank, err
+
+
+def run_world(blocks: list, world: int) -> dict[str, list[str]]:
+    """Run blocks on `world` gloo ranks, in this order; {block id: [error per rank]} ('' = passed).
+
+    A block that kills or hangs its launch fails; the blocks after it never got a fair run, so
+    they go again in a launch of their own and only the block that broke the launch fails.
+    """
+    per_rank, err = _launch(blocks, world)
+    results: dict[str, list[str]] = {
+        b.id: [
+            (got or {}).get(b.id, f"rank {rank} never finished this block: {err[-1500:]}")
+            for rank, got in enumerate(per_rank)
+        ]
+        for b in blocks
+    }
+    if None in per_rank:  # the runner itself is broken: another launch would fail the same way
         return results
+    broke = next(
+        (i for i, b in enumerate(blocks) if any(b.id not in got for got in per_rank)), None
+    )
+    if broke is not None and broke + 1 < len(blocks):
+        results.update(run_world(blocks[broke + 1 :], world))
+    return results
 
 
 def owns_group(block) -> bool:
     return "init_process_group(" in block.code
+
+
+def launch_plan(blocks: list) -> list[list]:
+    """The launches that run blocks of one world size, each list in its running order.
+
+    The ordinary blocks run first, on the group the runner creates from the launcher's store;
+    then the blocks that create their own group, which the runner points at a fresh key prefix
+    of that store (block_runner.own_group_store). A block that passes its own init_method gets
+    no prefix: pointed at the launcher's address it meets its peers under torch's default keys,
+    which an earlier group on that store has already written, so on more than one rank it leads
+    a launch (a lone rank has no peers to mistake).
+    """
+    ordinary = [b for b in blocks if not owns_group(b)]
+    owners = [b for b in blocks if owns_group(b)]
+    leaders = [b for b in owners if b.world > 1 and "init_method=" in b.code]
+    rest = ordinary + [b for b in owners if b not in leaders]
+    plan = [[leaders[0], *rest]] if leaders else [rest]
+    return plan + [[b] for b in leaders[1:]]
+
+
+def run_blocks(blocks: list) -> dict[str, list[str]]:
+    """{block id: [error per rank]} for blocks of any world sizes, one launch per size."""
+    out = {}
+    for world in sorted({b.world for b in blocks}):
+        for launch in launch_plan([b for b in blocks if b.world == world]):
+            if launch:
+                out.update(run_world(launch, world))
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -141,16 +193,7 @@ def cpu_results(request):
         for item in request.session.items
         if item.originalname == "test_block_runs" and hasattr(item, "callspec")
     }
-    todo = [b for b in CPU if b.id in selected]
-    out = {}
-    for world in sorted({b.world for b in todo}):
-        out.update(run_world([b for b in todo if b.world == world and not owns_group(b)], world))
-    # A block that creates its own group gets a launch of its own: a second group on the
-    # launcher's store would find the first one's keys.
-    for b in todo:
-        if owns_group(b):
-            out.update(run_world([b], b.world))
-    return out
+    return run_blocks([b for b in CPU if b.id in selected])
 
 
 @pytest.mark.slow
@@ -161,15 +204,27 @@ def test_block_runs(block, cpu_results):
 
 
 def test_failing_block_fails(tmp_path):
-    # A block that raises, or warns FutureWarning, must be reported as failing.
+    # A block that raises, warns FutureWarning, fails in a group of its own or kills its rank
+    # must be reported as failing, and only that block: the ones sharing its launch still pass.
     page = tmp_path / "g.md"
+    blocks = [
+        ("", "raise RuntimeError('boom')"),
+        ("", "import warnings\nwarnings.warn('old', FutureWarning)"),
+        ("raises=boom", "raise RuntimeError('boom')"),
+        ("", "dist.init_process_group('gloo')\nraise RuntimeError('own')"),
+        ("", "dist.init_process_group('gloo')\ndist.all_reduce(torch.ones(1))"),
+        ("", "os._exit(3)"),
+        ("", "dist.all_reduce(torch.ones(1))"),
+    ]
     page.write_text(
-        "<!-- run: world=1 -->\n```python\nraise RuntimeError('boom')\n```\n\n"
-        "<!-- run: world=1 -->\n```python\nimport warnings\nwarnings.warn('old', FutureWarning)\n```\n\n"
-        "<!-- run: world=1 raises=boom -->\n```python\nraise RuntimeError('boom')\n```\n"
+        "".join(
+            f"<!-- run: world=1 {opts} -->\n```python\n{code}\n```\n\n" for opts, code in blocks
+        )
     )
     found = blocks_mod.parse_file(page)
     for b in found:
         b.path = blocks_mod.ROOT / "t" / b.path.name
-    res = run_world(found, 1)
-    assert [bool(v[0]) for v in res.values()] == [True, True, False], res
+    res = run_blocks(found)
+    failed = {b.line for b in found if any(res[b.id])}
+    assert failed == {found[i].line for i in (0, 1, 3, 5)}, res
+    assert "never finished" in res[found[5].id][0], res
