@@ -327,6 +327,13 @@ def _():
     x.view(-1)
 
 
+@repro("dtensor-op-no-strategy", world=2)
+def _():
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    distribute_tensor(torch.randn(4, 6), _mesh((2,)), [Shard(0)]).renorm(2, 0, 1.0)
+
+
 @repro("dtensor-c10d-collective")
 def _():
     from torch.distributed.fsdp import fully_shard
