@@ -327,6 +327,16 @@ def _():
     x.view(-1)
 
 
+@repro("dtensor-numel1-implicit-replicate", world=2)
+def _():
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    g = distribute_tensor(torch.randn(4, 4), _mesh((2,)), [Shard(0)])
+    with captured_warnings() as w:
+        g * torch.tensor([0.5])
+    return next((t for t in w if "numel=1" in t), "(warning not emitted) " + " | ".join(w))
+
+
 @repro("dtensor-op-no-strategy", world=2)
 def _():
     from torch.distributed.tensor import Shard, distribute_tensor
@@ -469,6 +479,52 @@ def _():
     logits = head(torch.randn(3, 4))
     with loss_parallel():
         F.cross_entropy(logits, torch.randint(0, 10, (3,)))
+
+
+@repro("tp-sp-residual-mixed", world=2)
+def _():
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        SequenceParallel,
+        parallelize_module,
+    )
+
+    class PostNormBlock(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm, self.w1, self.w2 = nn.LayerNorm(8), nn.Linear(8, 16), nn.Linear(16, 8)
+
+        def forward(self, x):
+            h = self.norm(x)  # the residual: a DTensor sharded on the sequence
+            return h + self.w2(self.w1(h))  # w2 returns a plain (AsyncCollectiveTensor) shard
+
+    block = parallelize_module(
+        PostNormBlock(),
+        _mesh((2,)),
+        {
+            "norm": SequenceParallel(),
+            "w1": ColwiseParallel(input_layouts=Shard(1)),
+            "w2": RowwiseParallel(output_layouts=Shard(1)),  # use_local_output=True by default
+        },
+    )
+    block(torch.randn(2, 4, 8))
+
+
+@repro("tp-loss-mixed-logits-labels", world=2)
+def _():
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
+
+    torch.manual_seed(0)  # the same batch on both ranks, as TP expects
+    head = parallelize_module(
+        nn.Linear(4, 10),
+        _mesh((2,)),
+        ColwiseParallel(output_layouts=Replicate(), use_local_output=False),
+    )
+    logits = head(torch.randn(3, 4))  # a replicated DTensor
+    F.cross_entropy(logits, torch.randint(0, 10, (3,)))  # plain labels
 
 
 if __name__ == "__main__":  # the 2-rank job started by _two_rank_result

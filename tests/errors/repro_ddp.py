@@ -112,6 +112,26 @@ def _():
             model(torch.randn(2, 4, requires_grad=True)).sum().backward()
 
 
+@repro("pg-gather-list-non-destination", world=2)
+def _():
+    t = torch.ones(2)
+    if dist.get_rank() == 1:  # rank 0 would wait in the gather: only the wrong call is made
+        dist.gather(t, gather_list=[torch.zeros(2), torch.zeros(2)], dst=0)
+
+
+@repro("ddp-no-attribute", world=2)
+def _():
+    class AE(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(2, 2)
+
+        def encode(self, x):
+            return self.lin(x)
+
+    DDP(AE()).encode(torch.ones(1, 2))  # a method of the wrapped module
+
+
 @repro("ddp-param-count-mismatch", world=2, pg=False)
 def _():
     with _two_ranks("ddp-param-count-mismatch"):

@@ -201,6 +201,39 @@ def _():
     FSDP(model, device_id=CPU)
 
 
+@repro("fsdp1-integer-param-flatten")
+def _():
+    model = nn.Module()
+    # A packed 4-bit weight as bitsandbytes stores it: frozen uint8, the unit's first parameter.
+    model.qweight = nn.Parameter(torch.zeros(8, 2, dtype=torch.uint8), requires_grad=False)
+    model.lora = nn.Linear(4, 4)
+    FSDP(model, device_id=CPU)
+
+
+@repro("fsdp1-inconsistent-compute-device")
+def _():
+    # The same check as cuda:0 vs cuda:N; on CPU it is reached through parameters left on
+    # meta by a param_init_fn that never calls to_empty (meta vs cpu).
+    with torch.device("meta"):
+        model = _mlp()
+    FSDP(model, device_id=CPU, param_init_fn=lambda m: None)
+
+
+@repro("fsdp1-tp-process-group", world=4)
+def _():
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    model = _mlp()
+    parallelize_module(model, mesh["tp"], {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    FSDP(model, process_group=mesh["dp"].get_group(), device_id=CPU)  # not device_mesh=
+
+
 @repro("fsdp1-sync-module-states-cpu")
 def _():
     FSDP(_mlp(), device_id=CPU, sync_module_states=True)
@@ -213,6 +246,14 @@ def _():
         with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT):
             model.state_dict()
     return _warning(w, "FSDP.state_dict_type()")
+
+
+@repro("fsdp1-inference-mode-grad-fn", world=2)
+def _():
+    model = FSDP(_mlp(), device_id=CPU)
+    with torch.inference_mode():  # an evaluation pass
+        model(torch.randn(2, 4))
+    model(torch.randn(2, 4)).sum().backward()
 
 
 @repro("fsdp-sharded-weights-saved", world=2)
