@@ -1,4 +1,5 @@
-"""Shared fixtures: a search index built once per session from the installed torch."""
+"""Shared fixtures (a search index built once per session from the installed torch), and the
+order in which xdist hands test files to its workers."""
 
 import os
 import shutil
@@ -10,6 +11,49 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DOCS = REPO.parent / "shared" / "fixtures" / "pytorch-docs"
+
+# Rough seconds the longest files take on a 2-core box (pytest --durations). xdist's loadfile
+# hands out files with the most tests first, which leaves long files of few tests (torchrun
+# jobs) for the end, where one worker runs them while the other has nothing left. Handing out
+# the longest first lets both end on short files together. Only the order depends on these
+# numbers; an unlisted file counts as short.
+LONG_FILES = {
+    "tests/examples/test_new_examples.py": 140,
+    "tests/test_skill_commands.py": 115,
+    "tests/guides/test_code_blocks.py": 85,
+    "tests/errors/test_catalog.py": 85,
+    "tests/examples/test_fsdp2.py": 65,
+    "tests/examples/test_2d.py": 65,
+    "tests/examples/test_elastic.py": 55,
+    "tests/skill/test_skill_real.py": 50,
+    "tests/examples/test_dcp.py": 50,
+    "tests/gpu/test_run_gpu.py": 30,
+    "tests/examples/test_ddp.py": 27,
+    "tests/examples/test_fsdp1.py": 26,
+    "tests/core/test_search_cli.py": 26,
+    "tests/examples/test_dist_common.py": 25,
+    "tests/scraper/test_site.py": 22,
+    "tests/examples/test_join.py": 20,
+}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    if not hasattr(LoadFileScheduling, "_assign_work_unit"):
+        return None  # an xdist whose scheduler works differently keeps its own order
+
+    class LongFilesFirst(LoadFileScheduling):
+        def _assign_work_unit(self, node):
+            if self.workqueue:
+                longest = max(self.workqueue, key=lambda scope: LONG_FILES.get(scope, 0))
+                self.workqueue.move_to_end(longest, last=False)
+            super()._assign_work_unit(node)
+
+    return LongFilesFirst(config, log)
 
 
 @pytest.fixture(scope="session")

@@ -11,10 +11,11 @@ or returns a string (for messages torch logs or warns instead of raising; captur
 `captured_warnings()` or a subprocess). `world` is the number of ranks (torchrun, gloo, CPU);
 `pg=False` runs it with no process group; `device="cuda"` marks a repro that needs a GPU.
 
-Run as `python errors_harness.py MODULE OUT_DIR [--world N] [--device cpu|cuda]`, directly for
-one rank or under torchrun for several: each rank writes OUT_DIR/rank<R>.json with
-{id: {"text": ..., "traceback": ...}}. Every repro runs on a fresh process group, so one that
-leaves a group broken cannot spoil the next.
+Run as `python errors_harness.py MODULE[,MODULE...] OUT_DIR [--world N] [--device cpu|cuda]
+[--ids ID,...]`, directly for one rank or under torchrun for several: each rank writes
+OUT_DIR/rank<R>.json with {id: {"text": ..., "traceback": ...}}, rewritten after every repro,
+so one that kills its process takes only itself and the repros after it. Every repro runs on
+a fresh process group, so one that leaves a group broken cannot spoil the next.
 """
 
 from __future__ import annotations
@@ -152,24 +153,40 @@ def main(argv: list[str]) -> int:
     import argparse
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("module")
+    p.add_argument("module", help="one repro module, or several separated by commas")
     p.add_argument("out_dir")
     p.add_argument("--world", type=int, default=1)
     p.add_argument("--device", default="cpu")
+    p.add_argument("--ids", help="only these repros (comma-separated), in registration order")
     args = p.parse_args(argv)
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, here)
-    importlib.import_module(args.module)
+    modules = args.module.split(",")
+    for module in modules:
+        importlib.import_module(module)
     # Run as a script this file is __main__; the repro modules registered in `errors_harness`.
     registry = importlib.import_module("errors_harness").REPROS
     rank = int(os.environ.get("RANK", "0"))
-    results = {}
-    for r in registry.values():
-        if r.module == args.module and r.world == args.world and r.device == args.device:
-            results[r.id] = run_one(r)
     os.makedirs(args.out_dir, exist_ok=True)
-    with open(os.path.join(args.out_dir, f"rank{rank}.json"), "w", encoding="utf-8") as f:
-        json.dump(results, f)
+    path = os.path.join(args.out_dir, f"rank{rank}.json")
+    results: dict[str, dict] = {}
+
+    def save() -> None:
+        # Replaced whole, never half-written, should the next repro kill this process.
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            json.dump(results, f)
+        os.replace(path + ".tmp", path)
+
+    save()
+    for r in registry.values():
+        if (
+            r.module in modules
+            and r.world == args.world
+            and r.device == args.device
+            and (not args.ids or r.id in args.ids.split(","))
+        ):
+            results[r.id] = run_one(r)
+            save()
     sys.stdout.flush()
     # gloo's teardown can abort a finished process under load; the results are written.
     os._exit(0)

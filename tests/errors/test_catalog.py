@@ -77,9 +77,13 @@ def _env() -> dict:
     return env
 
 
-def start_group(module: str, world: int, device: str, out: Path) -> subprocess.Popen:
+def start_group(
+    module: str, world: int, device: str, out: Path, ids: list[str] | None = None
+) -> subprocess.Popen:
     harness = str(HERE / "errors_harness.py")
     args = [module, str(out), "--world", str(world), "--device", device]
+    if ids:
+        args += ["--ids", ",".join(ids)]
     if world == 1:
         cmd = [sys.executable, harness, *args]
     else:
@@ -118,7 +122,7 @@ def collect_group(proc: subprocess.Popen, world: int, out: Path, deadline: float
         if f.exists():
             for k, v in json.loads(f.read_text()).items():
                 merged[k].append(v)
-    if not merged:
+    if not merged or proc.returncode:
         merged["__launch__"].append(
             {"text": f"exit {proc.returncode}: {err[-2000:]}", "traceback": ""}
         )
@@ -132,21 +136,65 @@ def run_group(module: str, world: int, device: str, out: Path) -> dict:
     return collect_group(proc, world, out, time.monotonic() + LAUNCH_TIMEOUT_S)
 
 
+def launch_groups(device: str = "cpu") -> list[tuple[str, int]]:
+    """(modules, world) per launch. On one rank each module gets a process of its own: their
+    repros mostly wait (on the timeouts they provoke, on the processes they start), and the
+    waits overlap. Several ranks cost a torchrun launch and a torch import per rank, so those
+    repros share one launch; each still gets a fresh group (errors_harness.fresh_store)."""
+    repros = [r for r in REPROS.values() if r.device == device]
+    groups = {(r.module, 1) for r in repros if r.world == 1}
+    for world in sorted({r.world for r in repros if r.world > 1}):
+        groups.add((",".join(sorted({r.module for r in repros if r.world == world})), world))
+    return sorted(groups, key=lambda g: (g[1], g[0]))
+
+
+def _ids(modules: str, world: int, device: str) -> list[str]:
+    """The repros a launch runs, in the harness's order (registration order)."""
+    names = modules.split(",")
+    return [
+        r.id
+        for r in REPROS.values()
+        if r.module in names and r.world == world and r.device == device
+    ]
+
+
+def not_fairly_run(got: dict, ids: list[str], world: int, out: Path) -> list[str]:
+    """The repros after the first one that some rank never finished (it killed or hung the
+    launch): they never got a fair run. None when the harness itself never came up."""
+    if not all((out / f"rank{rank}.json").exists() for rank in range(world)):
+        return []
+    broke = next((i for i, rid in enumerate(ids) if len(got.get(rid, [])) < world), None)
+    return [] if broke is None else ids[broke + 1 :]
+
+
 def run_all(device: str = "cpu") -> dict:
     """All repros of a device kind. The launches run at once: most of their time is spent
-    waiting (timeouts the repros provoke, torchrun start-up), not computing."""
+    waiting (timeouts the repros provoke, torchrun start-up), not computing. The repros that a
+    broken launch cut off run again, so only the one that broke it fails."""
     import time
 
-    groups = sorted({(r.module, r.world) for r in REPROS.values() if r.device == device})
-    results: dict[str, list[dict]] = {}
+    pending = [
+        (modules, world, _ids(modules, world, device)) for modules, world in launch_groups(device)
+    ]
+    results: dict[str, list[dict]] = {"__launch__": []}
     with tempfile.TemporaryDirectory() as tmp:
-        deadline = time.monotonic() + LAUNCH_TIMEOUT_S
-        launched = []
-        for n, (module, world) in enumerate(groups):
-            out = Path(tmp) / str(n)
-            launched.append((start_group(module, world, device, out), world, out))
-        for proc, world, out in launched:
-            results.update(collect_group(proc, world, out, deadline))
+        n = 0
+        while pending:
+            deadline = time.monotonic() + LAUNCH_TIMEOUT_S
+            launched = []
+            for modules, world, ids in pending:
+                out = Path(tmp) / str(n)
+                n += 1
+                proc = start_group(modules, world, device, out, ids)
+                launched.append((proc, modules, world, ids, out))
+            pending = []
+            for proc, modules, world, ids, out in launched:
+                got = collect_group(proc, world, out, deadline)
+                results["__launch__"] += got.pop("__launch__", [])
+                results.update(got)
+                rest = not_fairly_run(got, ids, world, out)
+                if rest:
+                    pending.append((modules, world, rest))
     return results
 
 
@@ -169,6 +217,18 @@ def test_message_matches_torch(entry, printed):
         + "\n---\n".join(t[:1500] for t in texts)
         + f"\nbut the catalog says\n{entry.message}"
     )
+
+
+def test_repros_cut_off_by_a_broken_launch_run_again(tmp_path):
+    # b killed rank 1: c never ran there, so it goes again; a finished everywhere and stays.
+    (tmp_path / "rank0.json").write_text("{}")
+    (tmp_path / "rank1.json").write_text("{}")
+    got = {"a": [{}, {}], "b": [{}], "c": [{}]}
+    assert not_fairly_run(got, ["a", "b", "c"], 2, tmp_path) == ["c"]
+    assert not_fairly_run({**got, "b": [{}, {}], "c": [{}, {}]}, ["a", "b", "c"], 2, tmp_path) == []
+    # A harness that never came up on a rank would fail the same way again.
+    (tmp_path / "rank1.json").unlink()
+    assert not_fairly_run(got, ["a", "b", "c"], 2, tmp_path) == []
 
 
 def test_matcher_rejects_a_changed_message():

@@ -174,7 +174,9 @@ def main() -> None:
         if (results[b["id"]] or "init_process_group(" in b["code"]) and dist.is_initialized():
             with contextlib.suppress(Exception):
                 dist.destroy_process_group()
-        (out / f"rank{rank}.json").write_text(json.dumps(results))
+        # Replaced whole, never half-written, should the next block kill this rank.
+        (out / f"rank{rank}.tmp").write_text(json.dumps(results))
+        os.replace(out / f"rank{rank}.tmp", out / f"rank{rank}.json")
     sys.stdout.flush()
     os._exit(0)  # skip gloo's teardown, which can abort a finished process under load
 
