@@ -65,7 +65,7 @@ def test_torchrun_commands(cmd, tmp_path):
         text=True,
         timeout=300,
     )
-    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.returncode == 0, (out.stdout[-2000:], out.stderr[-2000:])
     summary = json.loads(out.stdout.strip().splitlines()[-1])
     # Training examples report their losses; the diagnostics tool reports its verdict.
     assert summary["world_size"] == 2 and (summary.get("losses") or summary.get("ok") is True), (
