@@ -21,6 +21,7 @@ from markdown_it.token import Token
 from fsdp_skill.pages import read_page
 
 MAX_CHARS = 1800
+TAIL_FRACTION = 3  # a last part under limit / TAIL_FRACTION is merged into the one before
 _md = MarkdownIt("commonmark").enable("table")
 
 
@@ -148,7 +149,12 @@ def _pack(blocks: list[tuple[str, str]], limit: int) -> list[list[tuple[str, str
         cur.append((kind, text))
         size += add
     if cur:
-        parts.append(cur)
+        if len(parts) and size < limit // TAIL_FRACTION:
+            # A short tail read alone has lost its section's context (a lone bullet ranked first
+            # and showed nothing else): it joins the part before, which may then pass the limit.
+            parts[-1].extend(cur)
+        else:
+            parts.append(cur)
     return parts
 
 

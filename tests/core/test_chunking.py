@@ -76,6 +76,16 @@ def test_size_cap_splits_between_blocks_never_inside_code():
     assert any(code in c.text for c in chunks)
 
 
+def test_a_short_tail_joins_the_part_before():
+    # Greedy packing left a lone last bullet as a chunk of its own: ranked first for a query it
+    # matched, it showed nothing of its section. It must travel with the text before it.
+    body = "\n\n".join(f"Paragraph {i} " + "word " * 36 for i in range(4))  # 4 x 192 chars
+    page = f"# T\n\n## A section\n\n{body}\n\n- a lone closing bullet, past the limit\n"
+    chunks = chunk_markdown(META, page, "references/api/t.md", max_chars=800)
+    assert all(len(c.text) > 100 for c in chunks), [c.text for c in chunks]
+    assert "Paragraph 3" in chunks[-1].text and chunks[-1].text.endswith("past the limit")
+
+
 def test_guide_urls_use_heading_slugs():
     meta = dict(META, source="guide", url="references/guides/g.md", page="g")
     chunks = chunk_markdown(

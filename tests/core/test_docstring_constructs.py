@@ -648,6 +648,44 @@ CASES = [
         """),
         id="mixed-list-kinds",
     ),
+    pytest.param(
+        r"""
+        Usage Patterns:
+            # Synchronous staging
+            stager = Stager(sync=True)
+            out = stager.stage(sd)
+        """,
+        md(r"""
+        Usage Patterns:
+
+        ```python
+        # Synchronous staging
+        stager = Stager(sync=True)
+        out = stager.stage(sd)
+        ```
+        """),
+        id="code-after-single-colon",
+    ),
+    pytest.param(
+        r"""
+        The options are:
+            fast mode for small jobs,
+            safe mode for the rest.
+        """,
+        md(r"""
+        The options are: fast mode for small jobs, safe mode for the rest.
+        """),
+        id="prose-after-single-colon-stays-prose",
+    ),
+    pytest.param(
+        r"""
+        # not a heading, a comment left in prose
+        """,
+        md(r"""
+        \# not a heading, a comment left in prose
+        """),
+        id="prose-starting-with-hash",
+    ),
 ]
 
 

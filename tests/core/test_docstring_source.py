@@ -98,3 +98,14 @@ def test_docs_version_for_releases_and_nightlies():
     assert docs_version("2.14.0.dev20260101+cpu") == "main"
     assert docs_version("2.14.0a0+git1234abc") == "main"
     assert docs_version("2.14.0rc1") == "main"
+
+
+def test_compact_signature_short_names_and_stable_defaults():
+    from fsdp_skill.sources.docstrings import compact_signature
+
+    sig = (
+        "pkg.f(pg: torch.distributed.distributed_c10d.ProcessGroup, "
+        "fn=<function noop_fn at 0x7f4aa45c3880>, check=<function <lambda> at 0x7f4aa38dc180>)"
+    )
+    # The same page on every build: no memory addresses.
+    assert compact_signature(sig) == "pkg.f(pg: ProcessGroup, fn=noop_fn, check=<lambda>)"

@@ -303,6 +303,14 @@ def _():
     weight.detach().numpy()
 
 
+@repro("dtensor-data-pointer-invalid-storage")
+def _():
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    weight = distribute_tensor(torch.randn(4, 3), _mesh(), [Shard(0)])
+    weight.untyped_storage().data_ptr()  # what safetensors' save_file does with each tensor
+
+
 @repro("dtensor-cross-mesh-redistribute")
 def _():
     from torch.distributed.tensor import Replicate, Shard, distribute_tensor

@@ -159,6 +159,31 @@ def _():
         opt.state_dict()
 
 
+@repro("join-uneven-input-skew", world=2, pg=False)
+def _():
+    from torch.distributed.algorithms.join import Join
+
+    with _two_ranks("join-uneven-input-skew", seconds=60), captured_warnings() as w:
+        model = DDP(nn.Linear(2, 2))
+        steps = 1002 if dist.get_rank() == 0 else 0  # rank 1 shadows 1002 all-reduces
+        with Join([model]):
+            for _ in range(steps):
+                model(torch.randn(1, 2)).sum().backward()
+    return "\n".join(x for x in w if "skew" in x)
+
+
+@repro("join-early-termination", world=2, pg=False)
+def _():
+    from torch.distributed.algorithms.join import Join
+
+    with _two_ranks("join-early-termination"):
+        model = DDP(nn.Linear(2, 2))
+        steps = 3 if dist.get_rank() == 0 else 1
+        with Join([model], throw_on_early_termination=True):
+            for _ in range(steps):
+                model(torch.randn(1, 2)).sum().backward()
+
+
 @repro("ddp-no-trainable-parameters", world=1)
 def _():
     DDP(nn.Linear(2, 2).requires_grad_(False))
@@ -226,6 +251,14 @@ def _():
 def _():
     with _two_ranks("pg-invalid-tensor-size"):
         dist.all_gather([torch.zeros(2), torch.zeros(3)], torch.ones(2))
+
+
+@repro("funcol-all-reduce-backward-sum-only", world=1)
+def _():
+    import torch.distributed._functional_collectives as funcol
+
+    x = torch.ones(3, requires_grad=True)
+    funcol.all_reduce(x, "avg", dist.group.WORLD).sum().backward()  # the forward passes
 
 
 @repro("pg-tensors-must-be-contiguous", world=1)

@@ -179,12 +179,29 @@ def _():
     model(torch.randn(2, 4))  # forward before materializing
 
 
+@repro("fsdp-scalar-parameter")
+def _():
+    model = _mlp()
+    model[0].scale = nn.Parameter(torch.tensor(1.0))  # a 0-D parameter
+    fully_shard(model)
+
+
 # --- FSDP1: FullyShardedDataParallel ------------------------------------------------------
 
 
 @repro("fsdp1-no-accelerator")
 def _():
     FSDP(_mlp())  # no device_id on a CPU-only machine
+
+
+@repro("fsdp1-non-root-is-root")
+def _():
+    model = _mlp()
+    model[0] = FSDP(model[0], device_id=CPU)
+    root = FSDP(model, device_id=CPU)
+    with FSDP.summon_full_params(model[0]):  # the inner module first: it becomes a root
+        pass
+    root(torch.randn(2, 4))
 
 
 @repro("fsdp1-uniform-requires-grad")

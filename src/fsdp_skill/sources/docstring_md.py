@@ -10,6 +10,7 @@ a fixed order, and the first handler that recognises the line consumes its whole
 
 from __future__ import annotations
 
+import ast
 import inspect
 import re
 from collections.abc import Callable
@@ -306,7 +307,9 @@ class _Renderer:
 
     def flush(self) -> None:
         if self.para:
-            self.out.extend(inline(" ".join(x.strip() for x in self.para)).split("\n"))
+            text = inline(" ".join(x.strip() for x in self.para))
+            # Prose that starts with "#" would become a markdown heading, and a chunk title.
+            self.out.extend(("\\" + text if text.startswith("#") else text).split("\n"))
             self.out.append("")
             self.para.clear()
 
@@ -521,6 +524,35 @@ def _literal_block(r: _Renderer, i: int) -> int | None:
     return j
 
 
+def _looks_like_code(body: list[str]) -> bool:
+    """An indented block that parses as Python and assigns or calls something on two or more
+    lines: code written without `::` (a "Usage:" block), which read as prose would come out as
+    one run-on line, and its `# comment` lines as markdown headings."""
+    code = [x for x in _dedent(body) if x.strip() and not x.strip().startswith("#")]
+    if len(code) < 2 or sum("=" in x or "(" in x for x in code) < 2:
+        return False
+    try:
+        ast.parse("\n".join(_dedent(body)))
+    except SyntaxError:
+        return False
+    return True
+
+
+def _code_after_colon(r: _Renderer, i: int) -> int | None:
+    """`Usage Patterns:` (any line ending in one colon) followed by an indented block of code."""
+    lines, line = r.lines, r.lines[i]
+    stripped = line.strip()
+    if not stripped.endswith(":") or stripped.endswith("::") or i + 1 >= len(lines):
+        return None
+    body, j = _take_block(lines, i + 1, _indent(line))
+    if not body or not _looks_like_code(body):
+        return None
+    r.para.append(stripped)
+    r.flush()
+    r.out.extend(_fence(body))
+    return j
+
+
 def _paragraph(r: _Renderer, i: int) -> int:
     """Any other line is prose: it joins the running paragraph (an indented rst block quote
     included: it reads as prose)."""
@@ -539,6 +571,7 @@ _HANDLERS: tuple[Handler, ...] = (
     _table,
     _list_item,
     _literal_block,
+    _code_after_colon,
     _paragraph,
 )
 

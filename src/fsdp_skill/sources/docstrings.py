@@ -71,6 +71,8 @@ def _pybind_split(name: str, doc: str) -> tuple[str | None, str]:
 _QUALIFIED_TYPE = re.compile(r"\b(?:[a-z_][a-z0-9_]*\.)+(_?[A-Z][A-Za-z0-9_]*)")
 LONG_ANNOTATION = 64
 _ENUM_REPR = re.compile(r"<([A-Za-z_][\w.]*): [^<>]*>")
+# `<function noop_context_fn at 0x7f4aa45c3880>`: the address changes with every build.
+_FUNCTION_REPR = re.compile(r"<function (<?[\w.]+>?) at 0x[0-9a-f]+>")
 
 
 def compact_signature(sig: str) -> str:
@@ -78,7 +80,7 @@ def compact_signature(sig: str) -> str:
     head, paren, params = sig.partition("(")
     if not paren:
         return sig
-    params = _QUALIFIED_TYPE.sub(r"\1", _ENUM_REPR.sub(r"\1", params))
+    params = _QUALIFIED_TYPE.sub(r"\1", _ENUM_REPR.sub(r"\1", _FUNCTION_REPR.sub(r"\1", params)))
     close = _matching_paren(params)
     ret = params[close + 1 :]
     if ret.startswith(" -> "):

@@ -69,3 +69,14 @@ def errors_fsdp_sharded_and_plain(ns: dict) -> None:
     fully_shard(ns["model"])
     ns["plain"] = _mlp()
     ns["path"] = os.path.join(tempfile.mkdtemp(prefix="errors_fsdp_"), "model.pt")
+
+
+def errors_fsdp1_nested(ns: dict) -> None:
+    """`model`: an FSDP1 root on CPU around an MLP whose first layer is its own FSDP instance;
+    `FSDP`; `x`: a (2, 4) input batch."""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    torch.manual_seed(0)
+    mlp = _mlp()
+    mlp[0] = FSDP(mlp[0], device_id=torch.device("cpu"))
+    ns.update(model=FSDP(mlp, device_id=torch.device("cpu")), FSDP=FSDP, x=torch.randn(2, 4))
