@@ -242,6 +242,19 @@ def _():
     optim.load_state_dict(checkpoint)  # the whole checkpoint instead of checkpoint["optim"]
 
 
+@repro("dcp-optimizer-empty-param-groups")
+def _():
+    from torch.distributed.checkpoint.state_dict import (
+        get_optimizer_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    model = nn.Linear(4, 4)
+    groups = [{"params": list(model.parameters())}, {"params": []}, {"params": []}]
+    optim = torch.optim.AdamW(groups)
+    set_optimizer_state_dict(model, optim, get_optimizer_state_dict(model, optim))
+
+
 @repro("dcp-optimizer-param-groups-mismatch")
 def _():
     model = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))

@@ -186,6 +186,18 @@ def _():
     fully_shard(model)
 
 
+@repro("fsdp-grad-dtype-after-frozen-first-forward")
+def _():
+    model = _mlp()
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    fully_shard(model[0], mp_policy=mp)
+    fully_shard(model, mp_policy=mp)
+    model.requires_grad_(False)
+    model(torch.randn(2, 4))  # the first forward initializes FSDP with nothing trainable
+    model.requires_grad_(True)
+    model(torch.randn(2, 4)).sum().backward()
+
+
 # --- FSDP1: FullyShardedDataParallel ------------------------------------------------------
 
 
@@ -202,6 +214,18 @@ def _():
     with FSDP.summon_full_params(model[0]):  # the inner module first: it becomes a root
         pass
     root(torch.randn(2, 4))
+
+
+@repro("fsdp1-world-size-one-no-shard")
+def _():
+    with captured_warnings() as w:
+        FSDP(_mlp(), device_id=CPU)  # default FULL_SHARD on a one-rank group
+    return _warning(w, "NO_SHARD")
+
+
+@repro("fsdp1-hybrid-manual-wrap")
+def _():
+    FSDP(_mlp(), device_id=CPU, sharding_strategy=ShardingStrategy.HYBRID_SHARD)
 
 
 @repro("fsdp1-uniform-requires-grad")
