@@ -172,7 +172,9 @@ def main(argv: list[str]) -> int:
     results: dict[str, dict] = {}
 
     def save() -> None:
-        # Replaced whole, never half-written, should the next repro kill this process.
+        # Replaced whole, never half-written, should the next repro kill this process. Not
+        # fsdp_skill.files.write_text: this runner must work where only torch is installed
+        # (tests/gpu/run.sh on a GPU machine).
         with open(path + ".tmp", "w", encoding="utf-8") as f:
             json.dump(results, f)
         os.replace(path + ".tmp", path)

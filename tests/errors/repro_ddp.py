@@ -159,29 +159,27 @@ def _():
         opt.state_dict()
 
 
-@repro("join-uneven-input-skew", world=2, pg=False)
-def _():
+def _join_loop(steps_per_rank: tuple[int, int], **join_kwargs) -> None:
+    """A DDP model trained on `steps_per_rank[rank]` batches inside `Join`."""
     from torch.distributed.algorithms.join import Join
 
+    model = DDP(nn.Linear(2, 2))
+    with Join([model], **join_kwargs):
+        for _ in range(steps_per_rank[dist.get_rank()]):
+            model(torch.randn(1, 2)).sum().backward()
+
+
+@repro("join-uneven-input-skew", world=2, pg=False)
+def _():
     with _two_ranks("join-uneven-input-skew", seconds=60), captured_warnings() as w:
-        model = DDP(nn.Linear(2, 2))
-        steps = 1002 if dist.get_rank() == 0 else 0  # rank 1 shadows 1002 all-reduces
-        with Join([model]):
-            for _ in range(steps):
-                model(torch.randn(1, 2)).sum().backward()
+        _join_loop((1002, 0))  # rank 1 shadows 1002 all-reduces
     return "\n".join(x for x in w if "skew" in x)
 
 
 @repro("join-early-termination", world=2, pg=False)
 def _():
-    from torch.distributed.algorithms.join import Join
-
     with _two_ranks("join-early-termination"):
-        model = DDP(nn.Linear(2, 2))
-        steps = 3 if dist.get_rank() == 0 else 1
-        with Join([model], throw_on_early_termination=True):
-            for _ in range(steps):
-                model(torch.randn(1, 2)).sum().backward()
+        _join_loop((3, 1), throw_on_early_termination=True)
 
 
 @repro("ddp-no-trainable-parameters", world=1)
