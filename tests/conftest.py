@@ -56,6 +56,27 @@ def pytest_xdist_make_scheduler(config, log):
     return LongFilesFirst(config, log)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _private_tmpdir(tmp_path_factory):
+    """Point TMPDIR at this run's own temp tree, which pytest prunes after a few runs.
+
+    torchrun leaves a torchelastic_* log directory behind on every launch, and the repros and
+    guide setups make checkpoint directories that a killed rank cannot remove; inherited by
+    every subprocess, this keeps all of them out of the system temp directory."""
+    import tempfile
+
+    tmp = tmp_path_factory.mktemp("tmpdir")
+    saved = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = str(tmp)
+    tempfile.tempdir = None  # recomputed from TMPDIR on next use
+    yield tmp
+    if saved is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = saved
+    tempfile.tempdir = None
+
+
 @pytest.fixture(scope="session")
 def built_data(tmp_path_factory):
     """A data dir (api pages + index) for the repo's skill, built once; treat as read-only."""
