@@ -190,6 +190,66 @@ def _():
     torch.load(os.path.join(ckpt, "__0_0.distcp"))
 
 
+@repro("dcp-bytes-vs-tensor-metadata")
+def _():
+    dcp = _dcp()
+    ckpt = _tmpdir()
+    dcp.save({"optim": {"lr": torch.tensor(0.1)}}, checkpoint_id=ckpt)  # lr was a tensor
+    dcp.load({"optim": {"lr": 0.1}}, checkpoint_id=ckpt)  # and is a float now
+
+
+@repro("dsd-flattened-missing-state")
+def _():
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_optimizer_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    opts = StateDictOptions(flatten_optimizer_state_dict=True)
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+    model[0].requires_grad_(False)  # frozen when saving
+    optim = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model(torch.randn(2, 4)).sum().backward()
+    optim.step()
+    saved = get_optimizer_state_dict(model, optim, options=opts)
+    resumed = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))  # a new run: all trainable
+    fresh = torch.optim.AdamW(resumed.parameters(), lr=1e-3)
+    set_optimizer_state_dict(resumed, fresh, saved, options=opts)
+
+
+@repro("dcp-load-meta-no-process-group", pg=False)
+def _():
+    dcp = _dcp()
+    ckpt = tempfile.mkdtemp(prefix="ckpt_repro_")
+    with captured_warnings():  # the single-process notices
+        dcp.save({"model": nn.Linear(4, 4).state_dict()}, checkpoint_id=ckpt)
+        with torch.device("meta"):
+            model = nn.Linear(4, 4)
+        dcp.load({"model": model.state_dict()}, checkpoint_id=ckpt)
+
+
+@repro("tp-prepare-input-length")
+def _():
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import PrepareModuleInput, parallelize_module
+
+    class Attention(nn.Module):
+        def forward(self, h, freqs):
+            return h * freqs
+
+    style = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
+    attn = parallelize_module(Attention(), _mesh(), style)
+    attn(torch.randn(2, 3, 4), torch.ones(4))
+
+
+@repro("ddp-mesh-not-1d")
+def _():
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    DDP(nn.Linear(4, 4), device_mesh=_mesh((1, 1), ("dp", "tp")))
+
+
 @repro("dcp-set-model-state-dict-kwarg")
 def _():
     from torch.distributed.checkpoint.state_dict import set_model_state_dict

@@ -274,6 +274,102 @@ rank = int(os.environ["RANK"])
 """
 
 
+@repro("ddp-grad-strides-bucket-view", world=1)
+def _():
+    ddp = DDP(nn.Conv2d(4, 8, 3))
+    ddp.module.to(memory_format=torch.channels_last)  # the layout changes after wrapping
+    x = torch.randn(2, 4, 8, 8).to(memory_format=torch.channels_last)
+    with captured_warnings() as w:
+        ddp(x).sum().backward()
+    return "\n".join(w)
+
+
+@contextlib.contextmanager
+def _zero_log():
+    """Collect what ZeroRedundancyOptimizer logs (its notices go to `logging`, not `warnings`)."""
+    import logging
+
+    lines: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    log = logging.getLogger("torch.distributed.optim.zero_redundancy_optimizer")
+    keep = Keep()
+    log.addHandler(keep)
+    try:
+        yield lines
+    finally:
+        log.removeHandler(keep)
+
+
+@repro("zero-overlap-needs-functional-optimizer", world=1)
+def _():
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    class FusedAdamW(torch.optim.AdamW):  # a custom optimizer class, as in fused/third-party ones
+        pass
+
+    ZeroRedundancyOptimizer(
+        nn.Linear(4, 4).parameters(), optimizer_class=FusedAdamW, overlap_with_ddp=True, lr=1e-4
+    )
+
+
+@repro("zero-bucket-view-ignored-with-overlap", world=1)
+def _():
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    with _zero_log() as lines:
+        ZeroRedundancyOptimizer(
+            nn.Linear(4, 4).parameters(),
+            optimizer_class=torch.optim.AdamW,
+            overlap_with_ddp=True,
+            parameters_as_bucket_view=True,
+            lr=1e-4,
+        )
+    return "\n".join(lines)
+
+
+@repro("zero-trainable-params-changed", world=1)
+def _():
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+    model[0].requires_grad_(False)  # a frozen backbone
+    optim = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.SGD, lr=0.1)
+    model(torch.randn(2, 4)).sum().backward()
+    optim.step()
+    model[0].requires_grad_(True)  # unfrozen halfway through
+    model(torch.randn(2, 4)).sum().backward()
+    with _zero_log() as lines:
+        optim.step()
+    return "\n".join(lines)
+
+
+@repro("join-multiple-process-groups", world=2, pg=False)
+def _():
+    from torch.distributed.algorithms.join import Join
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    with _two_ranks("join-multiple-process-groups"):
+        dp_group = dist.new_group([0, 1])
+        model = DDP(nn.Linear(4, 4), process_group=dp_group)
+        optim = ZeroRedundancyOptimizer(  # no process_group: the default one
+            model.parameters(), optimizer_class=torch.optim.AdamW, lr=1e-3
+        )
+        with Join([model, optim]):
+            pass
+
+
+@repro("join-requires-a-joinable", pg=False)
+def _():
+    from torch.distributed.algorithms.join import Join
+
+    with Join([]):
+        pass
+
+
 @repro("ddp-find-unused-but-none-unused", pg=False)
 def _():
     return run_ranks(

@@ -175,6 +175,28 @@ def _():
         )
 
 
+@repro("launch-rdzv-store-connection-failed", pg=False)
+def _():
+    import datetime
+    import gc
+
+    import torch.distributed as dist
+    from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import (
+        C10dRendezvousBackend,
+    )
+
+    # Job B's agent is a client of the store that job A's agent hosts; then job A exits.
+    host = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    client = dist.TCPStore(
+        "127.0.0.1", host.port, is_master=False, timeout=datetime.timedelta(seconds=5)
+    )
+    backend = C10dRendezvousBackend(client, "job-b")
+    backend.get_state()
+    del host
+    gc.collect()
+    backend.get_state()
+
+
 @repro("launch-store-clients-not-joined", pg=False)
 def _():
     import datetime
