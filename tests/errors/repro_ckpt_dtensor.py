@@ -608,5 +608,15 @@ def _():
     F.cross_entropy(logits, torch.randint(0, 10, (3,)))  # plain labels
 
 
+@repro("dtensor-partition-fn-apply-swap")
+def _():
+    from torch.distributed.tensor import Shard, distribute_module, distribute_tensor
+
+    def shard_params(name, module, mesh):  # the old README's way
+        module._apply(lambda t: distribute_tensor(t, mesh, [Shard(0)]))
+
+    distribute_module(nn.Sequential(nn.Linear(4, 4)), _mesh(), partition_fn=shard_params)
+
+
 if __name__ == "__main__":  # the 2-rank job started by _two_rank_result
     _run_two_rank_cases(sys.argv[1])

@@ -316,6 +316,15 @@ def _():
     )
 
 
+@repro("zero-missing-optimizer-class", world=1)
+def _():
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    ZeroRedundancyOptimizer(  # `optim=` from an early example
+        params=nn.Linear(4, 4).parameters(), optim=torch.optim.SGD, lr=0.1, momentum=0.9
+    )
+
+
 @repro("zero-bucket-view-ignored-with-overlap", world=1)
 def _():
     from torch.distributed.optim import ZeroRedundancyOptimizer
