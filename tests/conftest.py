@@ -77,10 +77,7 @@ def _private_tmpdir(tmp_path_factory):
     tempfile.tempdir = None
 
 
-@pytest.fixture(scope="session")
-def built_data(tmp_path_factory):
-    """A data dir (api pages + index) for the repo's skill, built once; treat as read-only."""
-    data = tmp_path_factory.mktemp("data")
+def _build_data(data: Path) -> Path:
     env = dict(os.environ, FSDP_SKILL_ROOT=str(REPO), FSDP_SKILL_DATA_DIR=str(data))
     subprocess.run(
         [sys.executable, "-m", "fsdp_skill.cli", "build"],
@@ -89,6 +86,26 @@ def built_data(tmp_path_factory):
         capture_output=True,
         text=True,
     )
+    return data
+
+
+@pytest.fixture(scope="session")
+def built_data(tmp_path_factory):
+    """A data dir (api pages + index) for the repo's skill, built once; treat as read-only.
+
+    Once per run, not once per xdist worker: a build imports torch and reads every docstring
+    (about 10 CPU-seconds). The first worker to ask builds it in the run's shared temp folder
+    while the others wait on the lock."""
+    from filelock import FileLock
+
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return _build_data(tmp_path_factory.mktemp("data"))
+    shared = tmp_path_factory.getbasetemp().parent  # this run's, above every worker's own
+    data, done = shared / "built_data", shared / "built_data.done"
+    with FileLock(str(shared / "built_data.lock")):
+        if not done.exists():
+            _build_data(data)
+            done.touch()
     return data
 
 

@@ -137,15 +137,16 @@ def run_group(module: str, world: int, device: str, out: Path) -> dict:
 
 
 def launch_groups(device: str = "cpu") -> list[tuple[str, int]]:
-    """(modules, world) per launch. On one rank each module gets a process of its own: their
-    repros mostly wait (on the timeouts they provoke, on the processes they start), and the
-    waits overlap. Several ranks cost a torchrun launch and a torch import per rank, so those
-    repros share one launch; each still gets a fresh group (errors_harness.fresh_store)."""
+    """(modules, world) per launch: the repros of one world size share a launch, each on a
+    fresh group (errors_harness.fresh_store). A process costs a torch import (several
+    CPU-seconds); the one-rank repros are busy, not waiting (their subprocesses import torch
+    too), so processes of their own per module would not finish sooner on a 2-core box."""
     repros = [r for r in REPROS.values() if r.device == device]
-    groups = {(r.module, 1) for r in repros if r.world == 1}
-    for world in sorted({r.world for r in repros if r.world > 1}):
-        groups.add((",".join(sorted({r.module for r in repros if r.world == world})), world))
-    return sorted(groups, key=lambda g: (g[1], g[0]))
+    groups = [
+        (",".join(sorted({r.module for r in repros if r.world == world})), world)
+        for world in sorted({r.world for r in repros})
+    ]
+    return groups
 
 
 def _ids(modules: str, world: int, device: str) -> list[str]:

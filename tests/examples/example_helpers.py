@@ -6,9 +6,13 @@ with another conftest.py on sys.path."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import io
 import json
 import os
+import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -23,6 +27,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "scripts"
 PROBE = Path(__file__).resolve().parent / "probe.py"
+RUNS = Path(__file__).resolve().parent / "runs.py"
 
 # Collective timeout passed to every script: a stuck peer fails the run
 # quickly instead of waiting out the 30-minute default.
@@ -72,22 +77,26 @@ class Result:
         return self
 
 
+# What torchrun sets for its workers; a launch from a test must not inherit any of it.
+LAUNCH_VARS = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RESTART_COUNT",
+    "GROUP_RANK",
+    "LOCAL_WORLD_SIZE",
+)
+
+
 def example_env(extra: dict | None = None) -> dict:
     env = dict(os.environ)
     # One thread per rank: 2 ranks on a 2-core CI box must not oversubscribe.
     env.update(
         OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1"
     )
-    for k in (
-        "RANK",
-        "WORLD_SIZE",
-        "LOCAL_RANK",
-        "MASTER_ADDR",
-        "MASTER_PORT",
-        "TORCHELASTIC_RESTART_COUNT",
-        "GROUP_RANK",
-        "LOCAL_WORLD_SIZE",
-    ):
+    for k in LAUNCH_VARS:
         env.pop(k, None)
     if extra:
         env.update(extra)
@@ -175,6 +184,80 @@ def run_probe(
     return res
 
 
+@dataclass
+class Run:
+    """One entry of a run_many launch: an example (scripts/<script>, or the path of a copy)
+    with its flags, extra environment variables, and probe.py's instruments."""
+
+    script: str
+    args: list[str]
+    env: dict = field(default_factory=dict)
+    probe: bool = False
+
+
+def run_many(
+    runs: list[Run], nproc: int = 2, *, device: str = "cpu", flags: list[str] | None = None
+) -> list[Result]:
+    """Run each entry as its own torchrun launch would, all in one launch (runs.py): one torch
+    import per rank for all of them instead of one per rank and run, plus the agent's.
+    `flags` go before each run's own (default: script_args's device and timeout).
+
+    Results come in the order of `runs`, each with what the ranks printed and, for probed
+    runs, their probe records. A run that ended the launch (an error, a non-zero exit: some
+    runs are meant to fail) gets the launch's exit status and stderr; it took only itself,
+    for the runs after it go again in a launch of their own."""
+    spec = [
+        {
+            "script": str(r.script) if Path(r.script).is_absolute() else Path(r.script).stem,
+            "args": (script_args([], device) if flags is None else flags) + list(r.args),
+            "env": r.env,
+            "probe": r.probe,
+        }
+        for r in runs
+    ]
+    with tempfile.TemporaryDirectory() as out:
+        (Path(out) / "runs.json").write_text(json.dumps(spec))
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={nproc}",
+            str(RUNS),
+            str(Path(out) / "runs.json"),
+            out,
+        ]
+        launch = finish(start(cmd), LAUNCH_TIMEOUT_S * len(runs))
+        came_up = all((Path(out) / f"started.rank{rank}").exists() for rank in range(nproc))
+        results = []
+        for i, run in enumerate(runs):
+            # All ranks' output, as the launch's own stdout would carry it.
+            outs = [Path(out) / f"run{i}.rank{rank}.out" for rank in range(nproc)]
+            printed = "".join(f.read_text() for f in outs if f.exists())
+            done = [Path(out) / f"run{i}.rank{rank}.json" for rank in range(nproc)]
+            if not all(f.exists() for f in done):
+                # The run that ended the launch: its exit status and errors are the launch's.
+                results.append(Result(launch.returncode or 1, printed, launch.stderr))
+                break
+            res = Result(0, printed, launch.stderr)
+            if run.probe:
+                res.probe_records = [json.loads(f.read_text())["probe"] for f in done]
+            results.append(res)
+    rest = runs[len(results) :]
+    if rest and not came_up:  # runs.py itself is broken: another launch would fail the same way
+        return results + [Result(launch.returncode or 1, "", launch.stderr)] * len(rest)
+    if rest:  # the runs after the one that died never got a fair run
+        results += run_many(rest, nproc, device=device, flags=flags)
+    return results
+
+
+def selected_tests(request) -> set[str]:
+    """The names ("test_x[param]") of this module's items the session runs (`-k` selects
+    fewer), for a module fixture that launches the runs of several tests at once."""
+    module = request.module.__name__
+    return {item.name for item in request.session.items if item.module.__name__ == module}
+
+
 def hidden_numpy_env(folder: Path) -> dict:
     """Environment in which `import numpy` fails as if it were not installed."""
     stub = folder / "numpy"
@@ -224,6 +307,88 @@ def run_python(
         start([sys.executable, str(SCRIPTS / script), *script_args(list(args), device)], env),
         timeout,
     )
+
+
+def run_in_process(
+    script: str, args: list[str] = (), *, device: str = "cpu", env: dict | None = None
+) -> Result:
+    """Like run_python, but the example's main() runs in this process, which has torch
+    imported already: a process of its own costs a torch import (several CPU-seconds).
+
+    The code path is `python scripts/X.py`'s: no launcher variables, so a world-size-1
+    group on a private store; `common.run` turns a LaunchError into one line on stderr and
+    exit code 2 as it does there. Only the interpreter's exit differs (in-process callers
+    keep theirs), so runs that need an interpreter of their own (numpy hidden, the real
+    entry point) use run_python."""
+    mod = load_script(Path(script).stem)
+    saved = {k: os.environ.get(k) for k in (*LAUNCH_VARS, *(env or {}))}
+    for k in LAUNCH_VARS:
+        os.environ.pop(k, None)
+    os.environ.update(env or {})
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            mod.common.run(mod.main, script_args(list(args), device))
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return Result(code, out.getvalue(), err.getvalue())
+
+
+# --------------------------------------------------------------------------
+# The torchrun commands SKILL.md tells an agent to run
+# --------------------------------------------------------------------------
+
+SKILL_MD = ROOT / "SKILL.md"
+
+
+def skill_commands(prefix: str) -> list[str]:
+    """Commands in SKILL.md's fenced code blocks and `inline code` that start with `prefix`."""
+    found, fenced = [], False
+    for line in SKILL_MD.read_text().splitlines():
+        line = line.strip()
+        if line.startswith("```"):
+            fenced = not fenced
+            continue
+        if fenced:
+            if line.startswith(prefix):
+                found.append(line)
+        else:
+            found += [m for m in re.findall(r"`([^`]+)`", line) if m.startswith(prefix)]
+    return list(dict.fromkeys(found))
+
+
+def skill_launch_script(cmd: str) -> str:
+    """The script a SKILL.md torchrun command runs: 'scripts/ddp_train.py' -> 'ddp_train.py'."""
+    (path,) = [a for a in shlex.split(cmd) if a.endswith(".py")]
+    return Path(path).name
+
+
+def run_skill_launch(script: str, tmp_path: Path, env: dict | None = None) -> Result:
+    """SKILL.md's torchrun command for `script`, run exactly as written (a /tmp/ path moved
+    into tmp_path), from the repo root as the skill's instructions assume.
+
+    Each example test that calls this checks the run's numbers as well, so the command a
+    user copies is also the one compared with a single-process reference, and it costs one
+    launch, not two (tests/test_skill_commands.py checks that every command is run here).
+    GPUs are hidden: two ranks would not fit one GPU, and the references are CPU ones."""
+    cmds = [c for c in skill_commands("torchrun ") if skill_launch_script(c) == script]
+    assert len(cmds) == 1, f"SKILL.md should have one torchrun command for {script}: {cmds}"
+    argv = shlex.split(cmds[0].replace("/tmp/", f"{tmp_path}/"))
+    cmd = [sys.executable, "-m", "torch.distributed.run", *argv[1:]]
+    res = finish(start(cmd, {**(env or {}), "CUDA_VISIBLE_DEVICES": ""})).check()
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    # Training examples report their losses; the diagnostics tool reports its verdict.
+    assert summary["world_size"] == 2 and (summary.get("losses") or summary.get("ok") is True), (
+        summary
+    )
+    return res
 
 
 def load_script(name: str):

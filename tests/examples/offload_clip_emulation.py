@@ -62,15 +62,16 @@ def clip_once(tag: str, spec: str, store, rank: int, world: int) -> str:
         dist.destroy_process_group()
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """argv: unused; tests/examples/runs.py passes the examples' device and timeout flags."""
     store, rank, world = next(dist.rendezvous("env://", timeout=datetime.timedelta(seconds=30)))
     fixed = common.with_cpu_backend(NCCL_LIKE)
     broken = clip_once("without", NCCL_LIKE, store, rank, world)
     ok = clip_once("with", fixed, store, rank, world)
     print(f"EMULATION {rank} {fixed} {broken} | {ok}", flush=True)
-    sys.stdout.flush()
-    os._exit(0)  # as the examples do after gloo
 
 
 if __name__ == "__main__":
     main()
+    sys.stdout.flush()
+    os._exit(0)  # as the examples do after gloo

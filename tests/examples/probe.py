@@ -45,6 +45,8 @@ steps: list[collections.Counter] = [collections.Counter()]
 order: list[str] = []
 dtypes: set[str] = set()
 _current_group: list[str] = []
+_mutate: list[str] = [""]  # the PROBE_MUTATE of the run in progress
+_installed: list[bool] = [False]
 
 
 def _step_done(optimizer, *_):
@@ -54,7 +56,11 @@ def _step_done(optimizer, *_):
         steps.append(collections.Counter())
 
 
-def _install() -> None:
+def install() -> None:
+    """The instruments, once per process; what they count is per run (see reset)."""
+    if _installed[0]:
+        return
+    _installed[0] = True
     orig_unshard = pg.FSDPParamGroup.unshard
 
     def unshard(self, async_op: bool = False):
@@ -88,13 +94,24 @@ def _install() -> None:
     pg.foreach_reduce = foreach_reduce
     register_optimizer_step_post_hook(_step_done)
 
-    if os.environ.get("PROBE_MUTATE") == "sync-every-micro":
-        orig_sync = FSDPModule.set_requires_gradient_sync
+    orig_sync = FSDPModule.set_requires_gradient_sync
 
-        def always_sync(self, requires_gradient_sync, *, recurse=True):
-            return orig_sync(self, True, recurse=recurse)
+    def set_requires_gradient_sync(self, requires_gradient_sync, *, recurse=True):
+        if _mutate[0] == "sync-every-micro":
+            requires_gradient_sync = True
+        return orig_sync(self, requires_gradient_sync, recurse=recurse)
 
-        FSDPModule.set_requires_gradient_sync = always_sync
+    FSDPModule.set_requires_gradient_sync = set_requires_gradient_sync
+
+
+def reset() -> None:
+    """Start a run: nothing counted yet, and this run's PROBE_MUTATE and PROBE_TF32."""
+    steps[:] = [collections.Counter()]
+    order.clear()
+    dtypes.clear()
+    _mutate[0] = os.environ.get("PROBE_MUTATE", "")
+    if os.environ.get("PROBE_TF32") == "1":
+        torch.set_float32_matmul_precision("high")  # TF32 for matmuls, the usual way
 
 
 def _hook_blocks(model) -> None:
@@ -110,12 +127,9 @@ def _hook_blocks(model) -> None:
         inner.register_forward_pre_hook(pre)
 
 
-def main() -> None:
-    name, argv = sys.argv[1], sys.argv[2:]
-    mod = importlib.import_module(name)
-    if os.environ.get("PROBE_TF32") == "1":
-        torch.set_float32_matmul_precision("high")  # TF32 for matmuls, the usual way
-    _install()
+def run(mod, argv: list[str]) -> dict:
+    """The example's main(argv) with its blocks hooked; this rank's record of the run."""
+    reset()
     build = mod.build_sharded_model
 
     def build_and_hook(*args, **kwargs):
@@ -124,13 +138,23 @@ def main() -> None:
         return model
 
     mod.build_sharded_model = build_and_hook
-    mod.main(argv)
+    try:
+        mod.main(argv)
+    finally:
+        mod.build_sharded_model = build
     # The optimizer-step hook opened one more (empty) counter after the last step.
     per_step = [dict(c) for c in steps[:-1]]
     rank = int(os.environ.get("RANK", "0"))
-    record = {"rank": rank, "steps": per_step, "order": order, "param_dtype": sorted(dtypes)}
+    return {"rank": rank, "steps": per_step, "order": order[:], "param_dtype": sorted(dtypes)}
+
+
+def main() -> None:
+    name, argv = sys.argv[1], sys.argv[2:]
+    mod = importlib.import_module(name)
+    install()
+    record = run(mod, argv)
     # A file per rank: lines that two ranks print at once can interleave.
-    Path(os.environ["PROBE_OUT"], f"rank{rank}.json").write_text(json.dumps(record))
+    Path(os.environ["PROBE_OUT"], f"rank{record['rank']}.json").write_text(json.dumps(record))
     sys.stdout.flush()
     os._exit(0)  # as the examples do after gloo: skip a teardown that can abort under load
 

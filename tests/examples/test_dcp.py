@@ -7,7 +7,8 @@ from example_helpers import (
     assert_one_line_error,
     read_safetensors,
     reference_lm,
-    run_python,
+    run_in_process,
+    run_skill_launch,
     run_torchrun,
     tolerance,
 )
@@ -27,8 +28,9 @@ def test_dcp_reshard_round_trip(tmp_path, device):
         .check()
         .summary
     )
+    # The one-rank runs need no interpreter of their own (see run_in_process).
     sb = (
-        run_python(
+        run_in_process(
             "dcp_checkpoint.py", ["--load", a, "--steps", "2", "--save", b, *CLIP], device=device
         )
         .check()
@@ -56,7 +58,7 @@ def test_dcp_reshard_round_trip(tmp_path, device):
         .summary
     )
     sd = (
-        run_python("dcp_checkpoint.py", ["--load", c, "--steps", "1", *CLIP], device=device)
+        run_in_process("dcp_checkpoint.py", ["--load", c, "--steps", "1", *CLIP], device=device)
         .check()
         .summary
     )
@@ -91,5 +93,13 @@ def test_dcp_reshard_round_trip(tmp_path, device):
 
 
 def test_dcp_load_missing_checkpoint(tmp_path):
-    res = run_python("dcp_checkpoint.py", ["--load", str(tmp_path / "nope")])
+    res = run_in_process("dcp_checkpoint.py", ["--load", str(tmp_path / "nope")])
     assert_one_line_error(res, "not a DCP checkpoint")
+    assert res.returncode == 2
+
+
+def test_dcp_skill_command_matches_reference(tmp_path):
+    """SKILL.md's command as written: 3 steps and no checkpoint, as one process would train."""
+    s = run_skill_launch("dcp_checkpoint.py", tmp_path).summary
+    assert (s["device"], s["steps"], s["start_step"], s["saved_digest"]) == ("cpu", 3, 0, None)
+    assert s["losses"] == pytest.approx(reference_lm(3, 2)[0], rel=1e-5, abs=1e-5)

@@ -10,6 +10,7 @@ from example_helpers import (
     free_port,
     kill,
     reference_lm,
+    run_skill_launch,
     run_torchrun,
     script_args,
     start,
@@ -73,6 +74,20 @@ def test_killed_rank_resumes_exactly_mid_save(tmp_path, uninterrupted):
     assert s["restart_count"] == 1 and s["launch"] == 2
     assert s["removed_partial"] == ["step_000006.tmp"]
     _check_resumed(s, uninterrupted, ckpt)
+
+
+def test_skill_command_resumes_after_a_killed_rank(tmp_path):
+    """SKILL.md's command as written, with its defaults (8 steps, a checkpoint every 3, the
+    last 2 kept, clipping at 1.0): rank 1 dies in step 5, before that step's checkpoint;
+    torchrun restarts both ranks, which resume after step 2 and train as one process would."""
+    res = run_skill_launch("elastic_resume.py", tmp_path)
+    assert "injected failure at step 5 (step)" in res.stdout
+    s = res.summary
+    assert s["restart_count"] == 1 and s["launch"] == 2 and s["removed_partial"] == []
+    assert os.path.basename(s["resumed_from"]) == "step_000003" and s["start_step"] == 3
+    assert s["losses"] == pytest.approx(reference_lm(8, 2)[0], rel=1e-5, abs=1e-5)
+    ckpt = tmp_path / "elastic_ckpt"
+    assert sorted(os.listdir(ckpt)) == ["step_000006", "step_000008"]
 
 
 def test_two_nodes_restart_together(tmp_path, uninterrupted):

@@ -4,11 +4,9 @@ prefetch gathers early, reshard_after_forward gathers twice, accumulation skips
 reduce-scatters, clipping clips, bf16 computes in bf16, TF32 is off for parity.
 Also: CPU offload's CPU backend (emulated), numpy-free single process, two nodes."""
 
-import sys
-from pathlib import Path
-
 import pytest
 from example_helpers import (
+    Run,
     assert_one_line_error,
     finish,
     free_port,
@@ -16,9 +14,13 @@ from example_helpers import (
     kill,
     load_script,
     reference_lm,
+    run_in_process,
+    run_many,
     run_probe,
     run_python,
+    run_skill_launch,
     script_args,
+    selected_tests,
     start,
     tolerance,
     torchrun_cmd,
@@ -57,10 +59,50 @@ def bf16_visible(losses: list[float], fp32: list[float]) -> bool:
     return 2e-4 < gap < 5e-3
 
 
-def test_fsdp2_parity_two_ranks(device):
-    args = ARGS + ["--accum-steps", "2", "--check-parity", "--max-norm", str(MAX_NORM)]
+PARITY_ARGS = ARGS + ["--accum-steps", "2", "--check-parity", "--max-norm", str(MAX_NORM)]
+# The CPU runs of the tests below, by test; they share one launch (cpu_runs).
+CPU_RUNS = {
     # TF32 on, as a user's environment may have it: --check-parity must turn it off.
-    res = run_probe("fsdp2_train.py", 2, args, device=device, env={"PROBE_TF32": "1"}).check()
+    "test_fsdp2_parity_two_ranks[cpu]": Run(
+        "fsdp2_train.py", PARITY_ARGS, {"PROBE_TF32": "1"}, probe=True
+    ),
+    # Each feature off, and accumulation broken on purpose by the probe.
+    "test_fsdp2_variants_no_ac_no_prefetch_no_reshard": Run(
+        "fsdp2_train.py",
+        ARGS
+        + [
+            "--no-ac",
+            "--no-prefetch",
+            "--no-reshard-after-forward",
+            "--accum-steps",
+            "2",
+            "--max-norm",
+            str(MAX_NORM),
+        ],
+        {"PROBE_TF32": "1", "PROBE_MUTATE": "sync-every-micro"},
+        probe=True,
+    ),
+    "test_fsdp2_bf16_on_cpu_tracks_fp32": Run(
+        "fsdp2_train.py", ["--steps", "3", "--mixed-precision", "bf16"], probe=True
+    ),
+    "test_offload_clip_needs_a_cpu_backend_emulated": Run("offload_clip_emulation.py", []),
+}
+
+
+@pytest.fixture(scope="module")
+def cpu_runs(request):
+    """{test name: Result} of the selected tests' CPU runs, in one launch (run_many): each
+    would otherwise cost a torchrun launch of its own."""
+    names = [n for n in CPU_RUNS if n in selected_tests(request)]
+    return dict(zip(names, run_many([CPU_RUNS[n] for n in names])))
+
+
+def test_fsdp2_parity_two_ranks(device, request):
+    if device == "cpu":
+        res = request.getfixturevalue("cpu_runs")[request.node.name].check()
+    else:
+        env = {"PROBE_TF32": "1"}
+        res = run_probe("fsdp2_train.py", 2, PARITY_ARGS, device=device, env=env).check()
     s = res.summary
     assert s["world_size"] == 2 and s["steps"] == STEPS
     assert s["fp32_precision"]["cuda_matmul"] == "ieee"
@@ -82,21 +124,10 @@ def test_fsdp2_parity_two_ranks(device):
         assert probe["param_dtype"] == ["float32"]
 
 
-def test_fsdp2_variants_no_ac_no_prefetch_no_reshard():
+def test_fsdp2_variants_no_ac_no_prefetch_no_reshard(cpu_runs, request):
     """The negative of the test above: each feature off (accumulation broken on purpose by
     the probe) changes its effect, yet not one loss, which is why effects are checked."""
-    args = ARGS + [
-        "--no-ac",
-        "--no-prefetch",
-        "--no-reshard-after-forward",
-        "--accum-steps",
-        "2",
-        "--max-norm",
-        str(MAX_NORM),
-    ]
-    res = run_probe(
-        "fsdp2_train.py", 2, args, env={"PROBE_TF32": "1", "PROBE_MUTATE": "sync-every-micro"}
-    )
+    res = cpu_runs[request.node.name]
     s = res.check().summary
     ref = reference_lm(STEPS, 2, accum=2, max_norm=MAX_NORM)[0]
     assert s["losses"] == pytest.approx(ref, **TOL)
@@ -113,8 +144,16 @@ def test_fsdp2_variants_no_ac_no_prefetch_no_reshard():
     assert not bf16_visible(s["losses"], ref)
 
 
-def test_fsdp2_bf16_on_cpu_tracks_fp32():
-    res = run_probe("fsdp2_train.py", 2, ["--steps", "3", "--mixed-precision", "bf16"]).check()
+def test_fsdp2_skill_command_matches_reference(tmp_path):
+    """SKILL.md's command as written: the defaults (6 steps, AC, prefetch, clipping at 1.0,
+    fp32 on CPU) train as one process would."""
+    s = run_skill_launch("fsdp2_train.py", tmp_path).summary
+    assert (s["device"], s["mixed_precision"], s["steps"]) == ("cpu", "off", 6)
+    assert s["losses"] == pytest.approx(reference_lm(6, 2)[0], **TOL)
+
+
+def test_fsdp2_bf16_on_cpu_tracks_fp32(cpu_runs, request):
+    res = cpu_runs[request.node.name].check()
     s = res.summary
     assert (s["mixed_precision"], s["param_dtype"], s["reduce_dtype"]) == (
         "bf16",
@@ -138,7 +177,7 @@ def test_fsdp2_single_process_without_numpy(tmp_path):
 
 
 def test_fsdp2_cpu_offload_needs_accelerator():
-    res = run_python("fsdp2_train.py", ["--cpu-offload"])
+    res = run_in_process("fsdp2_train.py", ["--cpu-offload"])
     assert_one_line_error(res, "--cpu-offload needs an accelerator")
 
 
@@ -160,19 +199,11 @@ def test_fsdp2_cpu_offload_asks_for_a_cpu_backend(monkeypatch):
     assert asked == [False, True]
 
 
-def test_offload_clip_needs_a_cpu_backend_emulated():
+def test_offload_clip_needs_a_cpu_backend_emulated(cpu_runs, request):
     """CPU emulation of NCCL + offload (no GPU here): a group whose only backend serves
     another device type, and DTensor gradients in host memory, as CPUOffloadPolicy leaves
     them. Clipping then fails at world size 2; with_cpu_backend's spec fixes it."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node=2",
-        str(Path(__file__).with_name("offload_clip_emulation.py")),
-    ]
-    res = finish(start(cmd)).check()
+    res = cpu_runs[request.node.name].check()
     lines = [ln for ln in res.stdout.splitlines() if ln.startswith("EMULATION ")]
     assert len(lines) == 2, res.stdout[-2000:]
     for ln in lines:

@@ -1,16 +1,21 @@
 """The standalone examples (pretrained load, compile, data pipeline, eval + export) and diagnose.py.
 
-Every launch runs a copy of the script alone in a temporary folder, so a pass
-also shows the file needs nothing else from the repo.  Each example is
-compared with a single-process reference computed here, and each feature has
-a negative check: a patched copy (or an in-process call of the patched code)
-with the feature broken on purpose, which the same assertions must reject.
+Every run uses a copy of the script alone in a temporary folder, so a pass
+also shows the file needs nothing else from the repo (the diagnosis SKILL.md
+tells an agent to run is run as written, from the repo).  Runs share torchrun
+launches where they can (run_many: a launch costs a torch import per process).
+Each example is compared with a single-process reference computed here, and
+each feature has a negative check: a patched copy (or an in-process call of
+the patched code) with the feature broken on purpose, which the same
+assertions must reject.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
+import io
 import json
 import re
 import socket
@@ -21,7 +26,17 @@ from pathlib import Path
 
 import pytest
 import torch
-from example_helpers import SCRIPTS, Result, finish, load_script, start
+from example_helpers import (
+    SCRIPTS,
+    Result,
+    Run,
+    finish,
+    load_script,
+    run_many,
+    run_skill_launch,
+    selected_tests,
+    start,
+)
 
 pytestmark = [
     pytest.mark.slow,
@@ -134,6 +149,71 @@ def pretrained(tmp_path_factory):
     return mod, path, {k: v.clone() for k, v in model.state_dict().items()}
 
 
+@pytest.fixture(scope="module")
+def shared_launch(request, pretrained, tmp_path_factory):
+    """{test name: Result} of the selected tests' first launches, which share one torchrun
+    launch (run_many; each run still uses a copy alone in a folder), and "folders": {test
+    name: the folder of its copy}."""
+    _, checkpoint, _ = pretrained
+    folders = {}
+
+    def copy(test: str, name: str) -> Path:
+        folders[test] = tmp_path_factory.mktemp(name)
+        return copy_script(name, folders[test])
+
+    wanted = selected_tests(request)
+    runs = {}
+    if "test_load_pretrained_torch_file" in wanted:
+        script = copy("test_load_pretrained_torch_file", "fsdp2_load_pretrained")
+        runs["test_load_pretrained_torch_file"] = Run(script, ["--checkpoint", str(checkpoint)])
+    if "test_eval_and_export" in wanted:
+        script = copy("test_eval_and_export", "fsdp2_eval_export")
+        export = folders["test_eval_and_export"] / "out"
+        runs["test_eval_and_export"] = Run(script, ["--export", str(export)])
+    if "test_data_pipeline_resume_is_exact" in wanted:
+        script = copy("test_data_pipeline_resume_is_exact", "data_pipeline")
+        ckpt = folders["test_data_pipeline_resume_is_exact"] / "ckpt"
+        runs["data full"] = Run(script, ["--epochs", "2"])
+        # Stopped after 7 steps: epoch 1, two batches in; the test runs the same command again.
+        stop = ["--epochs", "2", "--checkpoint-dir", str(ckpt), "--stop-after", "7"]
+        runs["test_data_pipeline_resume_is_exact"] = Run(script, stop)
+    if "test_compile_matches_eager" in wanted and compile_unavailable() is None:
+        script = copy("test_compile_matches_eager", "fsdp2_compile")
+        runs["test_compile_matches_eager"] = Run(script, ["--steps", "3"])
+    if "test_load_pretrained_without_broadcast_fails" in wanted:
+        # Last: it is meant to fail, which ends the launch.
+        broken = copy_script(
+            "fsdp2_load_pretrained",
+            tmp_path_factory.mktemp("no_broadcast"),
+            [("broadcast_from_rank0=True", "broadcast_from_rank0=False")],
+        )
+        runs["test_load_pretrained_without_broadcast_fails"] = Run(
+            broken, ["--checkpoint", str(checkpoint), "--steps", "0"]
+        )
+    results = dict(zip(runs, run_many(list(runs.values()), flags=["--device", "cpu"])))
+    return {**results, "folders": folders}
+
+
+@pytest.fixture(scope="module")
+def second_launch(request, shared_launch, tmp_path_factory):
+    """{test name: Result} of the runs that need a launch after shared_launch's (the resumed
+    data pipeline) or end the launch (the diagnosis that finds problems), sharing one."""
+    wanted = selected_tests(request)
+    runs = {}
+    if "test_data_pipeline_resume_is_exact" in wanted:
+        # The same command again, in a new launch, as a resume after a crash would be.
+        folder = shared_launch["folders"]["test_data_pipeline_resume_is_exact"]
+        resume = ["--epochs", "2", "--checkpoint-dir", str(folder / "ckpt")]
+        runs["test_data_pipeline_resume_is_exact"] = Run(folder / "data_pipeline.py", resume)
+    if "test_diagnose_json_names_wrong_and_slow_rank" in wanted:
+        # Last: problems found mean a non-zero exit, which ends the launch.
+        script = copy_script("diagnose", tmp_path_factory.mktemp("diagnose_json"))
+        runs["test_diagnose_json_names_wrong_and_slow_rank"] = Run(
+            script, DIAG_JSON_ARGS, {"DIAGNOSE_TEST_FAULT": "corrupt:all_gather:1,slow:bandwidth:1"}
+        )
+    return dict(zip(runs, run_many(list(runs.values()), flags=["--device", "cpu"])))
+
+
 def check_loaded(mod, s: dict, sd: dict) -> None:
     assert s["weights_sha256"] == sha256(sd), "the gathered shards differ from the file's weights"
     assert s["tied"] and s["sharded"]
@@ -145,13 +225,9 @@ def check_loaded(mod, s: dict, sd: dict) -> None:
     assert s["losses"] == pytest.approx(train_reference(mod, ref, s["steps"], 2, lr=1e-3), **TOL)
 
 
-def test_load_pretrained_torch_file(pretrained, tmp_path):
-    mod, path, sd = pretrained
-    s = (
-        launch(copy_script("fsdp2_load_pretrained", tmp_path), ["--checkpoint", str(path)])
-        .check()
-        .summary
-    )
+def test_load_pretrained_torch_file(pretrained, shared_launch):
+    mod, _, sd = pretrained
+    s = shared_launch["test_load_pretrained_torch_file"].check().summary
     assert s["world_size"] == 2 and s["format"] == "torch" and s["steps"] == 2
     check_loaded(mod, s, sd)
 
@@ -171,15 +247,9 @@ def test_load_pretrained_safetensors(pretrained, tmp_path):
     check_loaded(mod, s, sd)
 
 
-def test_load_pretrained_without_broadcast_fails(pretrained, tmp_path):
+def test_load_pretrained_without_broadcast_fails(shared_launch):
     """Negative: without broadcast_from_rank0, ranks 1.. (which read nothing) get no weights."""
-    _, path, _ = pretrained
-    broken = copy_script(
-        "fsdp2_load_pretrained",
-        tmp_path,
-        [("broadcast_from_rank0=True", "broadcast_from_rank0=False")],
-    )
-    res = launch(broken, ["--checkpoint", str(path), "--steps", "0"])
+    res = shared_launch["test_load_pretrained_without_broadcast_fails"]
     assert res.returncode != 0 and "weights_sha256" not in res.stdout
     assert "state_dict" in res.stderr  # torch: "... but model state_dict is empty"
 
@@ -209,11 +279,11 @@ def compiled(s: dict) -> bool:
     return g[0] > 0 and len(set(g)) == 1
 
 
-def test_compile_matches_eager(tmp_path):
+def test_compile_matches_eager(request):
     reason = compile_unavailable()
     if reason:
         pytest.skip(reason)
-    s = launch(copy_script("fsdp2_compile", tmp_path), ["--steps", "3"]).check().summary
+    s = request.getfixturevalue("shared_launch")["test_compile_matches_eager"].check().summary
     assert s["compile"] and s["ac"] and s["compile_backend"] == "inductor"
     assert compiled(s), s["compiled_graphs"]
     mod = load_script("fsdp2_compile")
@@ -223,11 +293,15 @@ def test_compile_matches_eager(tmp_path):
     )
 
 
-def test_compile_result_dropped_is_detected(tmp_path):
-    """Negative: torch.compile(block) returns a new module; dropping it compiles nothing."""
-    broken = copy_script(
+def test_compile_result_dropped_is_detected():
+    """Negative: torch.compile(block) returns a new module; dropping it compiles nothing.
+
+    The patched copy runs in this process, on one rank: with nothing compiled, the check
+    has nothing that needs processes of its own, and a torchrun launch costs three."""
+    from torch._dynamo.utils import counters
+
+    broken = patched_module(
         "fsdp2_compile",
-        tmp_path,
         [
             (
                 "block.compile(backend=backend, fullgraph=True)",
@@ -235,7 +309,12 @@ def test_compile_result_dropped_is_detected(tmp_path):
             )
         ],
     )
-    s = launch(broken, ["--steps", "2"]).check().summary
+    counters.clear()  # the script counts this process's graphs: none from earlier tests
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        broken.main(["--device", "cpu", "--steps", "2"])
+    s = json.loads(out.getvalue().strip().splitlines()[-1])
+    assert s["compile"] and s["compile_backend"] == "inductor"
     assert not compiled(s) and s["compiled_graphs"] == [0, 0]
 
 
@@ -336,9 +415,8 @@ def data_reference(
     return losses
 
 
-def test_data_pipeline_resume_is_exact(tmp_path):
-    script = copy_script("data_pipeline", tmp_path)
-    full = launch(script, ["--epochs", "2"]).check().summary
+def test_data_pipeline_resume_is_exact(shared_launch, second_launch):
+    full = shared_launch["data full"].check().summary
     assert full["steps_per_epoch"] == 5 and full["next_step"] == 10 and full["resumed_from"] is None
     for epoch in ("0", "1"):
         assert exactly_once(full["seen"][epoch], 40)
@@ -346,15 +424,11 @@ def test_data_pipeline_resume_is_exact(tmp_path):
     mod = load_script("data_pipeline")
     assert full["losses"] == pytest.approx(data_reference(mod, 2, 2, 5), **TOL)
 
-    # Stopped after 7 steps: epoch 1, two batches in; then the same command again.
-    ckpt = tmp_path / "ckpt"
-    first = (
-        launch(script, ["--epochs", "2", "--checkpoint-dir", str(ckpt), "--stop-after", "7"])
-        .check()
-        .summary
-    )
+    # Stopped after 7 steps: epoch 1, two batches in; then the same command again, a launch
+    # of its own, as a resume after a crash would be.
+    first = shared_launch["test_data_pipeline_resume_is_exact"].check().summary
     assert first["stopped"] and first["next_step"] == 7
-    second = launch(script, ["--epochs", "2", "--checkpoint-dir", str(ckpt)]).check().summary
+    second = second_launch["test_data_pipeline_resume_is_exact"].check().summary
     assert second["resumed_from"].endswith("step_000007") and second["next_step"] == 10
     # Bit for bit: the same losses, learning rates, data order and final weights.
     assert first["losses"] + second["losses"] == full["losses"]
@@ -377,9 +451,9 @@ def evaluate_reference(model, val_x, val_y) -> float:
         ).item()
 
 
-def test_eval_and_export(tmp_path):
-    out = tmp_path / "out"
-    s = launch(copy_script("fsdp2_eval_export", tmp_path), ["--export", str(out)]).check().summary
+def test_eval_and_export(shared_launch):
+    out = shared_launch["folders"]["test_eval_and_export"] / "out"
+    s = shared_launch["test_eval_and_export"].check().summary
     assert s["steps"] == 4 and [e["after_step"] for e in s["evals"]] == [1, 3]
 
     # A user without torch.distributed: plain torch.load + load_state_dict.
@@ -449,10 +523,10 @@ DIAG_ARGS = ["--size-mb", "1", "--iters", "5", "--slow-factor", "0.02"]
 
 
 def test_diagnose_two_ranks_pass(tmp_path):
+    """SKILL.md's command as written (from the repo: the other diagnose runs use the copy
+    alone), with the variables a user debugging NCCL sets, which the report lists."""
     env = {"NCCL_DEBUG": "INFO", "TORCH_SHOW_CPP_STACKTRACES": "1"}
-    res = launch(
-        copy_script("diagnose", tmp_path), DIAG_ARGS + ["--timeout-s", "60"], env=env
-    ).check()
+    res = run_skill_launch("diagnose.py", tmp_path, env=env)
     out = res.stdout
     assert "# torch.distributed diagnosis: PASS" in out and "None found." in out
     assert f"| torch | {torch.__version__} |" in out
@@ -470,11 +544,22 @@ def test_diagnose_two_ranks_pass(tmp_path):
     assert res.stderr.count("Traceback") == 0
 
 
-def test_diagnose_json_names_wrong_and_slow_rank(tmp_path):
+DIAG_JSON_ARGS = [
+    "--size-mb",
+    "1",
+    "--iters",
+    "5",
+    "--slow-factor",
+    "0.3",
+    "--timeout-s",
+    "60",
+    "--json",
+]
+
+
+def test_diagnose_json_names_wrong_and_slow_rank(second_launch):
     """--json: one line for tools. Rank 1 sends corrupt all_gather data and stalls its matmul."""
-    env = {"DIAGNOSE_TEST_FAULT": "corrupt:all_gather:1,slow:bandwidth:1"}
-    args = ["--size-mb", "1", "--iters", "5", "--slow-factor", "0.3", "--timeout-s", "60", "--json"]
-    res = launch(copy_script("diagnose", tmp_path), args, env=env)
+    res = second_launch["test_diagnose_json_names_wrong_and_slow_rank"]
     assert res.returncode != 0
     lines = res.stdout.strip().splitlines()
     rep = json.loads(lines[-1])

@@ -186,6 +186,32 @@ def run_blocks(blocks: list) -> dict[str, list[str]]:
     return out
 
 
+# A block that raises, warns FutureWarning or fails in a group of its own must be reported as
+# failing, and only that block: the ones sharing its launch still pass (test_failing_block_fails).
+FAILING = [
+    ("", "raise RuntimeError('boom')"),
+    ("", "import warnings\nwarnings.warn('old', FutureWarning)"),
+    ("raises=boom", "raise RuntimeError('boom')"),
+    ("", "dist.init_process_group('gloo')\nraise RuntimeError('own')"),
+    ("", "dist.init_process_group('gloo')\ndist.all_reduce(torch.ones(1))"),
+    ("", "dist.all_reduce(torch.ones(1))"),
+]
+
+
+@pytest.fixture(scope="module")
+def failing_blocks(tmp_path_factory):
+    page = tmp_path_factory.mktemp("failing") / "g.md"
+    page.write_text(
+        "".join(
+            f"<!-- run: world=1 {opts} -->\n```python\n{code}\n```\n\n" for opts, code in FAILING
+        )
+    )
+    found = blocks_mod.parse_file(page)
+    for b in found:
+        b.path = blocks_mod.ROOT / "t" / b.path.name
+    return found
+
+
 @pytest.fixture(scope="module")
 def cpu_results(request):
     # Only the blocks whose tests were selected (`-k checkpointing` runs that guide's blocks).
@@ -194,7 +220,12 @@ def cpu_results(request):
         for item in request.session.items
         if item.originalname == "test_block_runs" and hasattr(item, "callspec")
     }
-    return run_blocks([b for b in CPU if b.id in selected])
+    blocks = [b for b in CPU if b.id in selected]
+    # The made-up failing blocks share the one-rank launch: a launch of their own would
+    # cost a torchrun agent and a rank, two torch imports.
+    if any(item.originalname == "test_failing_block_fails" for item in request.session.items):
+        blocks += request.getfixturevalue("failing_blocks")
+    return run_blocks(blocks)
 
 
 @pytest.mark.slow
@@ -204,29 +235,11 @@ def test_block_runs(block, cpu_results):
     assert not errors, f"{block.id} failed:\n{errors[0]}"
 
 
-def test_failing_block_fails(tmp_path):
-    # A block that raises, warns FutureWarning or fails in a group of its own must be reported
-    # as failing, and only that block: the ones sharing its launch still pass.
-    page = tmp_path / "g.md"
-    blocks = [
-        ("", "raise RuntimeError('boom')"),
-        ("", "import warnings\nwarnings.warn('old', FutureWarning)"),
-        ("raises=boom", "raise RuntimeError('boom')"),
-        ("", "dist.init_process_group('gloo')\nraise RuntimeError('own')"),
-        ("", "dist.init_process_group('gloo')\ndist.all_reduce(torch.ones(1))"),
-        ("", "dist.all_reduce(torch.ones(1))"),
-    ]
-    page.write_text(
-        "".join(
-            f"<!-- run: world=1 {opts} -->\n```python\n{code}\n```\n\n" for opts, code in blocks
-        )
-    )
-    found = blocks_mod.parse_file(page)
-    for b in found:
-        b.path = blocks_mod.ROOT / "t" / b.path.name
-    res = run_blocks(found)
-    failed = {b.line for b in found if any(res[b.id])}
-    assert failed == {found[i].line for i in (0, 1, 3)}, res
+def test_failing_block_fails(failing_blocks, cpu_results):
+    failed = {b.line for b in failing_blocks if any(cpu_results[b.id])}
+    assert failed == {failing_blocks[i].line for i in (0, 1, 3)}, {
+        b.id: cpu_results[b.id] for b in failing_blocks
+    }
 
 
 def test_blocks_after_a_dead_rank_run_again(monkeypatch):
