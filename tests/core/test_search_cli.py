@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -55,7 +56,14 @@ def test_markdown_output_paging_and_cap(built_data, run_search):
     out = run_search(["DistributedSampler set_epoch"], built_data)
     assert out.returncode == 0
     assert out.stdout.startswith("## 1. ")
-    assert "Source: https://docs.pytorch.org/docs/2." in out.stdout and "(torch 2." in out.stdout
+    sources = re.findall(r"^Source: (\S+) \(torch (2\.\S+)\)$", out.stdout, re.M)
+    assert sources and len(sources) == out.stdout.count("\nSource: ")
+    # Each hit names where it comes from: a guide of the skill, or the versioned docs page.
+    assert all(
+        u.startswith(("references/", "https://docs.pytorch.org/docs/2.")) for u, _ in sources
+    )
+    ref = run_search(["DistributedSampler set_epoch", "--source", "docstring"], built_data)
+    assert "Source: https://docs.pytorch.org/docs/2." in ref.stdout and "(torch 2." in ref.stdout
     page2 = run_search(
         ["DistributedSampler set_epoch", "--page", "2", "--json", "--k", "2"], built_data
     )

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 MAX_QUERY_CHARS = 2000
-PER_PAGE_CAP = 3  # at most this many hits from one page in a result page
+PER_PAGE_CAP = 2  # at most this many hits from one page in a result page: more pages, more answers
 
 
 class SearchError(Exception):

@@ -8,7 +8,7 @@ from fsdp_skill.index.tokenization import tokenize
 
 MAX_API_NAMES = 4
 FIRST_HIT_CHARS = 2400  # the best hit may take this much text even when others must shrink
-MIN_HIT_CHARS = 500  # below this a hit's text answers nothing; it is left out instead
+MIN_HIT_CHARS = 800  # below this a hit's text rarely holds a whole answer; it is left out instead
 GAP = "\n\n[...]\n\n"
 SLACK_ROUNDS = 3  # passes that hand the characters excerpts left unused to the cut hits
 
