@@ -392,6 +392,14 @@ def _():
     x.redistribute(_mesh((1, 1), ("dp", "tp"))["tp"], [Replicate()])
 
 
+@repro("dtensor-redistribute-to-partial")
+def _():
+    from torch.distributed.tensor import Partial, Replicate, distribute_tensor
+
+    mesh = _mesh((1,))
+    distribute_tensor(torch.ones(4), mesh, [Replicate()]).redistribute(mesh, [Partial()])
+
+
 @_on_two_ranks("dtensor-inconsistent-metadata")
 def _():
     from torch.distributed.tensor import DTensor, Shard
