@@ -20,6 +20,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import torch
@@ -145,6 +146,7 @@ def free_port() -> int:
 def torchrun_cmd(
     script: str, nproc: int, args: list[str], torchrun_args: list[str] | None = None
 ) -> list[str]:
+    """`torchrun ... scripts/<script> ARGS` (`script` may also be an absolute path)."""
     rdzv = torchrun_args if torchrun_args is not None else ["--standalone"]
     return [
         sys.executable,
@@ -167,16 +169,7 @@ def run_probe(
     timeout: float = LAUNCH_TIMEOUT_S,
 ) -> Result:
     """Like run_torchrun, with probe.py's instruments around the example (see probe.py)."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc-per-node={nproc}",
-        str(PROBE),
-        Path(script).stem,
-        *script_args(list(args), device),
-    ]
+    cmd = torchrun_cmd(str(PROBE), nproc, [Path(script).stem, *script_args(list(args), device)])
     with tempfile.TemporaryDirectory() as out:
         res = finish(start(cmd, {**(env or {}), "PROBE_OUT": out}), timeout)
         records = [json.loads(f.read_text()) for f in Path(out).glob("rank*.json")]
@@ -217,16 +210,7 @@ def run_many(
     ]
     with tempfile.TemporaryDirectory() as out:
         (Path(out) / "runs.json").write_text(json.dumps(spec))
-        cmd = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            f"--nproc-per-node={nproc}",
-            str(RUNS),
-            str(Path(out) / "runs.json"),
-            out,
-        ]
+        cmd = torchrun_cmd(str(RUNS), nproc, [str(Path(out) / "runs.json"), out])
         launch = finish(start(cmd), LAUNCH_TIMEOUT_S * len(runs))
         came_up = all((Path(out) / f"started.rank{rank}").exists() for rank in range(nproc))
         results = []
@@ -321,23 +305,17 @@ def run_in_process(
     keep theirs), so runs that need an interpreter of their own (numpy hidden, the real
     entry point) use run_python."""
     mod = load_script(Path(script).stem)
-    saved = {k: os.environ.get(k) for k in (*LAUNCH_VARS, *(env or {}))}
-    for k in LAUNCH_VARS:
-        os.environ.pop(k, None)
-    os.environ.update(env or {})
     out, err = io.StringIO(), io.StringIO()
     code = 0
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            mod.common.run(mod.main, script_args(list(args), device))
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 1
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    # patch.dict puts the whole environment back afterwards, the removed variables included.
+    with mock.patch.dict(os.environ, env or {}):
+        for k in LAUNCH_VARS:
+            os.environ.pop(k, None)
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                mod.common.run(mod.main, script_args(list(args), device))
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 1
     return Result(code, out.getvalue(), err.getvalue())
 
 

@@ -36,6 +36,7 @@ import os
 import runpy
 import sys
 from pathlib import Path
+from unittest import mock
 
 HERE = Path(__file__).resolve().parent
 SCRIPTS = HERE.parents[1] / "scripts"
@@ -43,20 +44,6 @@ sys.path.insert(0, str(HERE))
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
-
-
-@contextlib.contextmanager
-def run_env(env: dict[str, str]):
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 @contextlib.contextmanager
@@ -129,7 +116,7 @@ def main() -> None:
         # A file, not a buffer: what a run printed before it died is still there.
         with (
             open(out / f"run{i}.rank{rank}.out", "w", buffering=1) as printed,
-            run_env(r.get("env", {})),
+            mock.patch.dict(os.environ, r.get("env", {})),
             own_prefix(i),
             contextlib.redirect_stdout(printed),
         ):

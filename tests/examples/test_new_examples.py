@@ -36,6 +36,7 @@ from example_helpers import (
     run_skill_launch,
     selected_tests,
     start,
+    torchrun_cmd,
 )
 
 pytestmark = [
@@ -67,17 +68,7 @@ def copy_script(name: str, folder: Path, patch: list[tuple[str, str]] = ()) -> P
 def launch(
     path: Path, args: list[str], nproc: int = 2, env: dict | None = None, timeout: float = 240
 ) -> Result:
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc-per-node={nproc}",
-        str(path),
-        "--device",
-        "cpu",
-        *args,
-    ]
+    cmd = torchrun_cmd(str(path), nproc, ["--device", "cpu", *args])
     return finish(start(cmd, env, cwd=path.parent), timeout)
 
 
