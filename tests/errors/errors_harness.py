@@ -80,30 +80,13 @@ def load_all(folder: str | None = None) -> dict[str, Repro]:
     return REPROS
 
 
-_GROUPS = [0]
-
-
-def fresh_store(timeout: datetime.timedelta):
-    """A store no earlier group has used: each new group gets its own key prefix.
-
-    Re-creating a group resets torch's group counter, so a second group on the same store
-    would read the first one's keys and connect to dead peers (random refusals, hangs).
-    """
-    import torch.distributed as dist
-
-    _GROUPS[0] += 1
-    base = dist.TCPStore(
-        os.environ["MASTER_ADDR"],
-        int(os.environ["MASTER_PORT"]),
-        int(os.environ["WORLD_SIZE"]),
-        is_master=False,
-        timeout=timeout,
-    )
-    return dist.PrefixStore(f"group{_GROUPS[0]}", base)
-
-
 def _init_group(world: int) -> None:
     import torch.distributed as dist
+
+    tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if tests not in sys.path:
+        sys.path.insert(0, tests)
+    from group_stores import fresh_store  # each repro on a group of its own
 
     timeout = datetime.timedelta(seconds=PG_TIMEOUT_S)
     if world == 1 and "TORCHELASTIC_RUN_ID" not in os.environ:

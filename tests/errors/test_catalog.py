@@ -138,7 +138,7 @@ def run_group(module: str, world: int, device: str, out: Path) -> dict:
 
 def launch_groups(device: str = "cpu") -> list[tuple[str, int]]:
     """(modules, world) per launch: the repros of one world size share a launch, each on a
-    fresh group (errors_harness.fresh_store). A process costs a torch import (several
+    fresh group (tests/group_stores.py). A process costs a torch import (several
     CPU-seconds); the one-rank repros are busy, not waiting (their subprocesses import torch
     too), so processes of their own per module would not finish sooner on a 2-core box."""
     repros = [r for r in REPROS.values() if r.device == device]

@@ -308,9 +308,10 @@ def run_in_process(
     out, err = io.StringIO(), io.StringIO()
     code = 0
     # patch.dict puts the whole environment back afterwards, the removed variables included.
-    with mock.patch.dict(os.environ, env or {}):
+    with mock.patch.dict(os.environ):
         for k in LAUNCH_VARS:
             os.environ.pop(k, None)
+        os.environ.update(env or {})
         try:
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
                 mod.common.run(mod.main, script_args(list(args), device))

@@ -17,8 +17,8 @@ the fp32 math settings back at the launch's:
 
 Each run gets a process group of its own on torchrun's store: the examples built on
 _dist_common take a fresh key prefix for every start (launch_number); for the standalone
-ones, whose init_process_group reads torchrun's variables, the second and later runs get a
-prefix of their own here, or their group would meet the keys an earlier one left.
+ones, whose init_process_group reads torchrun's variables, the second and later groups get a
+prefix of their own (tests/group_stores.py), or they would meet the keys an earlier one left.
 
 Rank R writes what run I prints to OUT_DIR/run<I>.rank<R>.out and, once the run has finished,
 OUT_DIR/run<I>.rank<R>.json ({"probe": its probe record or null}). A run that raises or exits
@@ -41,38 +41,10 @@ from unittest import mock
 HERE = Path(__file__).resolve().parent
 SCRIPTS = HERE.parents[1] / "scripts"
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
 
 import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-
-
-@contextlib.contextmanager
-def own_prefix(i: int):
-    """init_process_group() from torchrun's variables, on a key prefix of run i's own."""
-    real = dist.init_process_group
-
-    def init(*args, **kwargs):
-        if i and "store" not in kwargs and "init_method" not in kwargs:
-            timeout = kwargs.get("timeout") or datetime.timedelta(seconds=60)
-            base = dist.TCPStore(
-                os.environ["MASTER_ADDR"],
-                int(os.environ["MASTER_PORT"]),
-                int(os.environ["WORLD_SIZE"]),
-                is_master=False,
-                timeout=timeout,
-            )
-            kwargs.update(
-                store=dist.PrefixStore(f"runs_py/{i}", base),
-                rank=int(os.environ["RANK"]),
-                world_size=int(os.environ["WORLD_SIZE"]),
-            )
-        return real(*args, **kwargs)
-
-    dist.init_process_group = init
-    try:
-        yield
-    finally:
-        dist.init_process_group = real
+from group_stores import own_group_store  # noqa: E402
 
 
 def run_one(r: dict) -> dict | None:
@@ -117,7 +89,7 @@ def main() -> None:
         with (
             open(out / f"run{i}.rank{rank}.out", "w", buffering=1) as printed,
             mock.patch.dict(os.environ, r.get("env", {})),
-            own_prefix(i),
+            own_group_store(datetime.timedelta(seconds=60)),
             contextlib.redirect_stdout(printed),
         ):
             record = run_one(r)

@@ -27,9 +27,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+from group_stores import own_group_store  # noqa: E402
+
 TIMEOUT = datetime.timedelta(seconds=30)
 BAD_WARNINGS = (FutureWarning, DeprecationWarning)
-_GROUPS = [0]
 
 
 def _setups() -> dict:
@@ -70,50 +72,13 @@ def cpu_patches():
         torch.cuda.set_device, torch.Tensor.cuda, nn.Module.cuda, torch.cuda.current_device = saved
 
 
-def _fresh_store():
-    base = dist.TCPStore(
-        os.environ["MASTER_ADDR"],
-        int(os.environ["MASTER_PORT"]),
-        int(os.environ["WORLD_SIZE"]),
-        is_master=False,
-        timeout=TIMEOUT,
-    )
-    return dist.PrefixStore(f"group{_GROUPS[0]}", base)
-
-
-@contextlib.contextmanager
-def own_group_store():
-    """Let a block's own init_process_group() reuse the launcher's store under a new prefix.
-
-    Re-creating a group resets torch's group counter, so a second group on the same store would
-    read the first one's keys; the prefix keeps each group's keys apart.
-    """
-    real = dist.init_process_group
-
-    def init(*args, **kwargs):
-        _GROUPS[0] += 1
-        if _GROUPS[0] > 1 and "store" not in kwargs and "init_method" not in kwargs:
-            kwargs.update(
-                store=_fresh_store(),
-                rank=int(os.environ["RANK"]),
-                world_size=int(os.environ["WORLD_SIZE"]),
-            )
-        return real(*args, **kwargs)
-
-    dist.init_process_group = init
-    try:
-        yield
-    finally:
-        dist.init_process_group = real
-
-
 def ensure_group(code: str) -> None:
     """A block that initialises its own group gets none; every other block gets a gloo one."""
     owns = "init_process_group(" in code
     if owns and dist.is_initialized():
         dist.destroy_process_group()
     if not owns and not dist.is_initialized():
-        with own_group_store():
+        with own_group_store(TIMEOUT):
             dist.init_process_group("gloo", timeout=TIMEOUT)
 
 
@@ -135,7 +100,7 @@ def run_block(b: dict, setups: dict) -> str:
         try:
             with (
                 cpu_patches() if b["adapt"] == "cpu" else contextlib.nullcontext(),
-                own_group_store(),
+                own_group_store(TIMEOUT),
             ):
                 if b["setup"]:
                     setups[b["setup"]](ns)
