@@ -19,7 +19,7 @@ import os
 import torch.distributed as dist
 
 _groups = itertools.count(1)
-_started = [False]  # has this process created a group yet (through own_group_store or not)
+_started = [False]  # has an init_process_group() under own_group_store run in this process
 
 
 def fresh_store(timeout: datetime.timedelta) -> dist.Store:

@@ -142,11 +142,10 @@ def launch_groups(device: str = "cpu") -> list[tuple[str, int]]:
     CPU-seconds); the one-rank repros are busy, not waiting (their subprocesses import torch
     too), so processes of their own per module would not finish sooner on a 2-core box."""
     repros = [r for r in REPROS.values() if r.device == device]
-    groups = [
+    return [
         (",".join(sorted({r.module for r in repros if r.world == world})), world)
         for world in sorted({r.world for r in repros})
     ]
-    return groups
 
 
 def _ids(modules: str, world: int, device: str) -> list[str]:
@@ -169,9 +168,10 @@ def not_fairly_run(got: dict, ids: list[str], world: int, out: Path) -> list[str
 
 
 def run_all(device: str = "cpu") -> dict:
-    """All repros of a device kind. The launches run at once: most of their time is spent
-    waiting (timeouts the repros provoke, torchrun start-up), not computing. The repros that a
-    broken launch cut off run again, so only the one that broke it fails."""
+    """All repros of a device kind. The launches (one per world size) run at once: the
+    several-rank repros spend much of their time waiting on the timeouts they provoke and on
+    torchrun's start-up. The repros that a broken launch cut off run again, so only the one
+    that broke it fails."""
     import time
 
     pending = [
