@@ -199,6 +199,8 @@ def run_many(
     runs, their probe records. A run that ended the launch (an error, a non-zero exit: some
     runs are meant to fail) gets the launch's exit status and stderr; it took only itself,
     for the runs after it go again in a launch of their own."""
+    if not runs:  # none selected (`-k`): a launch of nothing would still cost torch imports
+        return []
     spec = [
         {
             "script": str(r.script) if Path(r.script).is_absolute() else Path(r.script).stem,
@@ -316,7 +318,8 @@ def run_in_process(
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
                 mod.common.run(mod.main, script_args(list(args), device))
         except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else 1
+            # As the interpreter reads it: None is success, a non-int is a message and 1.
+            code = e.code if isinstance(e.code, int) else int(e.code is not None)
     return Result(code, out.getvalue(), err.getvalue())
 
 
