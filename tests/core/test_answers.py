@@ -3,7 +3,7 @@
 import pytest
 
 from fsdp_skill.eval import QuestionFileError, _norm, evaluate_answers, fact_covered, load_questions
-from fsdp_skill.search.engine import _guides_first, condense_query
+from fsdp_skill.search.engine import _guides_first, _strip_log_prefix, condense_query
 from fsdp_skill.search.render import excerpt, render_markdown
 
 FACT = {
@@ -86,6 +86,81 @@ def test_traceback_is_condensed_to_its_error_lines():
     q = condense_query(TRACE)
     assert "conda" not in q and "main()" not in q and "^^^" not in q and "Traceback" not in q
     assert q.count("Expected to have finished reduction") == 2  # the exception line counts twice
+
+
+# What a 2-rank torchrun job prints when both workers raise: init_process_group's excepthook puts
+# `[rankN]: ` before each line (torch/distributed/distributed_c10d.py), the agent logs in glog
+# form, and torchrun's own traceback and failure table follow.
+TORCHRUN = (
+    "W1202 02:07:16.364000 20738 torch/distributed/run.py:874] *****************************\n"
+    "W1202 02:07:16.364000 20738 torch/distributed/run.py:874] Setting OMP_NUM_THREADS "
+    "environment variable for each process to be 1 in default, to avoid your system being "
+    "overloaded\n"
+    + "".join(f"[rank{r}]: {ln}\n" for r in (1, 0) for ln in TRACE.splitlines())
+    + "E1202 02:07:24.654000 20738 torch/distributed/elastic/multiprocessing/api.py:1002] failed "
+    "(exitcode: 1) local_rank: 1 (pid: 20798) of binary: /usr/bin/python3\n"
+    "Traceback (most recent call last):\n"
+    '  File "/usr/bin/torchrun", line 8, in <module>\n'
+    "    sys.exit(main())\n"
+    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+    "============================================================\n"
+    "train.py FAILED\n"
+    "------------------------------------------------------------\n"
+    "Root Cause (first observed failure):\n"
+    "[0]:\n"
+    "  time      : 2026-12-02_02:07:24\n"
+    "  host      : node7\n"
+    "  rank      : 1 (local_rank: 1)\n"
+    "  exitcode  : 1 (pid: 20798)\n"
+    "  error_file: <N/A>\n"
+    "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html\n"
+)
+
+
+def test_torchrun_output_is_condensed_to_the_workers_error():
+    q = condense_query(TORCHRUN)
+    lines = q.splitlines()
+    assert not any(ln.startswith(("[rank", "W1202", "E1202")) for ln in lines), q
+    assert "conda" not in q and "OMP_NUM_THREADS" not in q and "node7" not in q
+    assert "Root Cause" not in q and "FAILED" not in q and "exitcode" not in q
+    # Both ranks printed it: it counts twice (once, doubled as the exception), not three times.
+    assert q.count("Expected to have finished reduction") == 2
+    assert lines[-1].startswith("RuntimeError: Expected to have finished reduction")
+    # torchrun's exception stays as a bare hint; its qualified name would outweigh the worker's.
+    assert "ChildFailedError" in lines and "elastic" not in q
+
+
+def test_torchrun_report_alone_is_kept():
+    # No worker exception in the paste (a rank was killed): the report is the question.
+    report = TORCHRUN[TORCHRUN.index("E1202") :].replace("exitcode  : 1", "exitcode  : -9")
+    q = condense_query(report)
+    assert "ChildFailedError" in q.splitlines()[-1] and "exitcode  : -9" in q
+    assert "node7" not in q and "To enable traceback" not in q
+
+
+@pytest.mark.parametrize(
+    ("line", "bare"),
+    [
+        ("[rank3]: RuntimeError: x", "RuntimeError: x"),
+        ('[default0]:  File "a.py"', ' File "a.py"'),
+        (
+            "[rank0]:[W825 13:09:39.967659278 ProcessGroupNCCL.cpp:1538] Warning: WARNING: x",
+            "Warning: WARNING: x",
+        ),
+        ("I1202 02:07:16.364000 20738 torch/distributed/run.py:874] Sending", "Sending"),
+        ("[0]:", "[0]:"),
+        ("RuntimeError: [/gloo/pair.cc:553] Connection closed", None),
+        ("Error: x", None),
+    ],
+)
+def test_log_prefixes_are_stripped(line, bare):
+    assert _strip_log_prefix(line) == (line if bare is None else bare)
+
+
+def test_prefixed_lines_outside_a_traceback_are_stripped_too():
+    q = "[rank0]:[W825 13:09:39.96 ProcessGroupNCCL.cpp:1538] Warning: destroy_process_group()"
+    assert condense_query(q) == "Warning: destroy_process_group()"
+    assert condense_query("plain question, [rank0]: inline") == "plain question, [rank0]: inline"
 
 
 def test_long_traceback_keeps_its_tail():

@@ -277,3 +277,44 @@ def test_pasted_tracebacks_find_their_entry(printed, index):
         f"top-1 for {len(first)}/{len(ranks)}; others: {misses}"
     )
     assert all(r is not None and r <= 3 for r in ranks.values()), f"not in the top 3: {misses}"
+
+
+def _as_torchrun_prints(traceback: str, launch: str) -> str:
+    """`traceback` as a 2-rank torchrun job prints it when both ranks raise it.
+
+    `launch` is what torchrun printed for a job whose worker raised (the launch-child-failed
+    repro, on the installed torch): its worker traceback is swapped for this one, with the
+    `[rankN]: ` prefix that init_process_group's excepthook puts before every line
+    (torch/distributed/distributed_c10d.py, `_distributed_excepthook`). Its start-up banner,
+    the agent's log lines and torchrun's own traceback and failure table stay around it.
+    """
+    start = launch.index("Traceback (most recent call last)")
+    end = launch.index(CRASH_LINE, start) + len(CRASH_LINE)
+    body = "".join(f"[rank{r}]: {ln}\n" for r in (1, 0) for ln in traceback.strip().splitlines())
+    return launch[:start] + body + launch[end:]
+
+
+CRASH_LINE = "ValueError: bad batch\n"  # the worker's exception in repro_launch's crashing job
+
+
+@pytest.mark.slow
+def test_tracebacks_as_torchrun_prints_them_find_their_entry(printed, index):
+    """A worker's traceback pasted with torchrun's prefixes, banner and report, the way a user
+    copies a failed job's output, finds its entry first as well."""
+    launch = printed["launch-child-failed"][0]["text"]
+    assert CRASH_LINE in launch, launch[-2000:]
+    ranks = {}
+    for entry in CPU_ENTRIES:
+        got = [r for r in printed.get(entry.id, []) if catalog.matches(entry.message, r["text"])]
+        # Only exceptions a worker raises; the launcher's own messages are in `launch` already.
+        if got and got[0]["traceback"] and not catalog.matches(entry.message, launch):
+            if "torch/distributed/run.py" not in got[0]["traceback"]:
+                ranks[entry.id] = _rank_of(
+                    index, entry, _as_torchrun_prints(got[0]["traceback"], launch)
+                )
+    first = [i for i, r in ranks.items() if r == 1]
+    misses = {i: r for i, r in ranks.items() if r != 1}
+    assert len(ranks) >= 100 and len(first) / len(ranks) >= 0.9, (
+        f"top-1 for {len(first)}/{len(ranks)}; others: {misses}"
+    )
+    assert all(r is not None and r <= 3 for r in ranks.values()), f"not in the top 3: {misses}"

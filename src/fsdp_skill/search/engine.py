@@ -106,17 +106,31 @@ def discard(index_file: str, root: str | None) -> None:
 def condense_query(query: str, limit: int = MAX_QUERY_CHARS) -> str:
     """A pasted traceback or log reduced to what identifies the error, at most `limit` chars.
 
-    Stack frames (`File "...", line N, in f` and the source line under each), caret lines and
-    the "Traceback" banner name the user's files, not the error; they are dropped. The error
-    lines themselves stay, the last one (the exception torch raised) twice, since it matters
-    most. A long query that is not a traceback keeps its head.
+    The prefixes torchrun and the C++/Python loggers put before each line (`[rank1]:`,
+    `[W712 17:30:52.15 ProcessGroupNCCL.cpp:4715]`, `E1202 02:07:24.65 20738 torch/...py:1002]`)
+    are dropped, and so are lines every rank printed alike. In a traceback, stack frames
+    (`File "...", line N, in f` and the source line under each), caret lines and the
+    "Traceback" banner name the user's files, not the error; they go too, as does torchrun's
+    own report (its `ChildFailedError` traceback and summary table) when a worker's exception
+    is in the paste: that exception is the question. The error lines themselves stay, the last
+    one (the exception raised) twice, since it matters most. A long query that is not a
+    traceback keeps its head.
     """
-    lines = query.splitlines()
+    lines, seen = [], set()
+    for ln in query.splitlines():
+        bare = _strip_log_prefix(ln)
+        if bare is not ln:
+            # Every rank prints the same traceback: once is enough.
+            if bare in seen and bare.strip():
+                continue
+            seen.add(bare)
+        lines.append(bare)
     is_trace = len(lines) > 2 and any(
         ln.lstrip().startswith(('File "', "Traceback (most recent call last)")) for ln in lines
     )
     if not is_trace:
-        return query[:limit]
+        text = "\n".join(lines) if len(seen) else query
+        return text[:limit]
     kept, skip_source = [], False
     for ln in lines:
         s = ln.strip()
@@ -127,18 +141,74 @@ def condense_query(query: str, limit: int = MAX_QUERY_CHARS) -> str:
         if s.startswith('File "'):
             skip_source = True
             continue
-        if not s or s.startswith("Traceback (most recent call last)") or not s.strip("^~ "):
+        if not s or s.startswith("Traceback (most recent call last)") or not s.strip("^~=-* "):
+            continue
+        if s.startswith(_LAUNCHER_NOISE):
             continue
         kept.append(s)
-    last = next((k for k in reversed(kept) if _is_exception_line(k)), kept[-1] if kept else "")
+    errors = [k for k in kept if _is_exception_line(k)]
+    worker = [k for k in errors if not _is_launcher_line(k)]
+    if worker:
+        # torchrun's report repeats, in its words, that a worker failed: its table goes, and
+        # its exception's bare name stays as a hint (the catalog explains it).
+        cut = next((i for i, k in enumerate(kept) if _is_launcher_line(k)), len(kept))
+        tail = kept[cut:]
+        kept = kept[:cut] + ["ChildFailedError" for k in tail if _is_launcher_line(k)][:1]
+        kept = [k for k in kept if not k.startswith(_AGENT_FAILED)]
+    last = (worker or errors or kept or [""])[-1]
     text = "\n".join(kept + [last])
     # The exception comes last: when too long, keep the tail, not the head.
     return text[-limit:] if len(text) > limit else text
 
 
+# torchrun's start-up banner and the lines of its failure table that are the same for every
+# failure (the exit code and signal lines, which differ, stay).
+_LAUNCHER_NOISE = (
+    "Setting OMP_NUM_THREADS environment variable for each process",
+    "time      :",
+    "host      :",
+    "error_file:",
+    "traceback : To enable traceback see",
+    "<NO_OTHER_FAILURES>",
+)
+_AGENT_FAILED = "failed (exitcode:"
+_LOG_LEVELS = "IWEF"
+
+
 def _is_exception_line(line: str) -> bool:
     head = line.split(":", 1)[0].rsplit(".", 1)[-1]
     return ":" in line and head.endswith(("Error", "Exception", "Warning", "Interrupt"))
+
+
+def _is_launcher_line(line: str) -> bool:
+    return "ChildFailedError" in line.split(":", 1)[0]
+
+
+def _strip_log_prefix(line: str) -> str:
+    """`line` without torchrun's `[rankN]:` and the loggers' level-time-file prefixes.
+
+    Returns `line` itself (the same object) when it has none, so callers can tell.
+    """
+    s = line
+    while True:
+        if s.startswith("[") and "]:" in s[:40]:
+            # `[rank1]:` from init_process_group's excepthook (distributed_c10d.py), or
+            # `[default1]:` from torchrun's --tee (role name and local rank, tail_log.py).
+            tag, _, rest = s[1:].partition("]:")
+            name = tag.rstrip("0123456789")
+            if name != tag and name.replace("_", "").isalpha():
+                s = rest[1:] if rest.startswith(" ") else rest
+                continue
+        # glog: `W1202 02:07:16.364000 20738 torch/distributed/run.py:874] message` (Python)
+        # or `[W712 17:30:52.153232081 ProcessGroupNCCL.cpp:4715] message` (C++).
+        head = s[1:] if s.startswith("[") else s
+        if head[:1] in _LOG_LEVELS and head[1:4].isdigit():
+            end = head.find("]", 0, 200)
+            if end > 0 and ":" in head[:end]:
+                s = head[end + 1 :].lstrip(" ")
+                continue
+        break
+    return line if s == line else s
 
 
 def query_terms(
