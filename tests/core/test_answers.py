@@ -148,6 +148,11 @@ def test_torchrun_report_alone_is_kept():
             "Warning: WARNING: x",
         ),
         ("I1202 02:07:16.364000 20738 torch/distributed/run.py:874] Sending", "Sending"),
+        (
+            "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0",
+            "failed (exitcode: 1) local_rank: 0",
+        ),
+        ("WARNING: x: y", None),
         ("[0]:", "[0]:"),
         ("RuntimeError: [/gloo/pair.cc:553] Connection closed", None),
         ("Error: x", None),

@@ -173,6 +173,7 @@ _LAUNCHER_NOISE = (
 )
 _AGENT_FAILED = "failed (exitcode:"
 _LOG_LEVELS = "IWEF"
+_LOGGING_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 def _is_exception_line(line: str) -> bool:
@@ -206,6 +207,13 @@ def _strip_log_prefix(line: str) -> str:
             end = head.find("]", 0, 200)
             if end > 0 and ":" in head[:end]:
                 s = head[end + 1 :].lstrip(" ")
+                continue
+        # Python's default logging format: `ERROR:torch.distributed.elastic...api:message`.
+        level, _, rest = s.partition(":")
+        if level in _LOGGING_LEVELS:
+            name, _, message = rest.partition(":")
+            if name and " " not in name:
+                s = message.lstrip(" ")
                 continue
         break
     return line if s == line else s
