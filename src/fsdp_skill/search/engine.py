@@ -119,7 +119,7 @@ def condense_query(query: str, limit: int = MAX_QUERY_CHARS) -> str:
     lines, seen = [], set()
     for ln in query.splitlines():
         bare = _strip_log_prefix(ln)
-        if bare is not ln:
+        if bare != ln:
             # Every rank prints the same traceback: once is enough.
             if bare in seen and bare.strip():
                 continue
@@ -129,7 +129,7 @@ def condense_query(query: str, limit: int = MAX_QUERY_CHARS) -> str:
         ln.lstrip().startswith(('File "', "Traceback (most recent call last)")) for ln in lines
     )
     if not is_trace:
-        text = "\n".join(lines) if len(seen) else query
+        text = "\n".join(lines) if seen else query
         return text[:limit]
     kept, skip_source = [], False
     for ln in lines:
@@ -152,8 +152,7 @@ def condense_query(query: str, limit: int = MAX_QUERY_CHARS) -> str:
         # torchrun's report repeats, in its words, that a worker failed: its table goes, and
         # its exception's bare name stays as a hint (the catalog explains it).
         cut = next((i for i, k in enumerate(kept) if _is_launcher_line(k)), len(kept))
-        tail = kept[cut:]
-        kept = kept[:cut] + ["ChildFailedError" for k in tail if _is_launcher_line(k)][:1]
+        kept = kept[:cut] + (["ChildFailedError"] if cut < len(kept) else [])
         kept = [k for k in kept if not k.startswith(_AGENT_FAILED)]
     last = (worker or errors or kept or [""])[-1]
     text = "\n".join(kept + [last])
@@ -186,10 +185,7 @@ def _is_launcher_line(line: str) -> bool:
 
 
 def _strip_log_prefix(line: str) -> str:
-    """`line` without torchrun's `[rankN]:` and the loggers' level-time-file prefixes.
-
-    Returns `line` itself (the same object) when it has none, so callers can tell.
-    """
+    """`line` without torchrun's `[rankN]:` and the loggers' level-time-file prefixes."""
     s = line
     while True:
         if s.startswith("[") and "]:" in s[:40]:
@@ -216,7 +212,7 @@ def _strip_log_prefix(line: str) -> str:
                 s = message.lstrip(" ")
                 continue
         break
-    return line if s == line else s
+    return s
 
 
 def query_terms(
