@@ -119,6 +119,11 @@ def _():
         dist.gather(t, gather_list=[torch.zeros(2), torch.zeros(2)], dst=0)
 
 
+@repro("pg-send-to-self", world=2)
+def _():
+    dist.send(torch.ones(1), dst=dist.get_rank())  # every rank sends to itself: raises at once
+
+
 @repro("ddp-no-attribute", world=2)
 def _():
     class AE(nn.Module):

@@ -315,13 +315,13 @@ def _():
     return _lines(out, "usage:", "error: unrecognized")
 
 
-@repro("launch-agent-got-signal", pg=False)
-def _():
-    # The job is cancelled (a scheduler sends SIGTERM to torchrun) while its workers run.
+def _torchrun_cancelled(worker: str, *flags: str) -> str:
+    """Everything a one-worker torchrun job prints when torchrun gets SIGTERM (the scheduler
+    cancelling the job) while `worker` (a script that creates ./started, then sleeps) runs."""
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "train.py")
         with open(path, "w") as f:
-            f.write("import time\nopen('started', 'w').close()\ntime.sleep(60)\n")
+            f.write(worker)
         p = subprocess.Popen(
             [
                 sys.executable,
@@ -329,6 +329,7 @@ def _():
                 "torch.distributed.run",
                 "--standalone",
                 "--nproc-per-node=1",
+                *flags,
                 path,
             ],
             cwd=tmp,
@@ -346,6 +347,23 @@ def _():
         except subprocess.TimeoutExpired:
             p.kill()
             return p.communicate()[0]
+
+
+@repro("launch-agent-got-signal", pg=False)
+def _():
+    return _torchrun_cancelled("import time\nopen('started', 'w').close()\ntime.sleep(60)\n")
+
+
+@repro("launch-shutdown-sigkill", pg=False)
+def _():
+    # A worker that handles SIGTERM (to save a checkpoint) outlives torchrun's shutdown timeout.
+    worker = (
+        "import signal, time\n"
+        "signal.signal(signal.SIGTERM, lambda *a: None)\n"
+        "open('started', 'w').close()\n"
+        "time.sleep(60)\n"
+    )
+    return _torchrun_cancelled(worker, "--shutdown-timeout=1")
 
 
 # --- torch.multiprocessing.spawn ----------------------------------------------------------
