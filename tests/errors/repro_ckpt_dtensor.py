@@ -268,6 +268,17 @@ def _():
     )
 
 
+@repro("dcp-set-empty-state-dict")
+def _():
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+    from torch.distributed.fsdp import fully_shard
+
+    # A rank that did not read the file passes {}, but nothing asks for the broadcast.
+    set_model_state_dict(
+        fully_shard(nn.Linear(2, 2)), {}, options=StateDictOptions(full_state_dict=True)
+    )
+
+
 @repro("dcp-submodules-deprecated")
 def _():
     from torch.distributed.checkpoint.state_dict import get_model_state_dict
