@@ -429,6 +429,27 @@ def _():
     torch.autograd.grad(y.sum(), x)
 
 
+@repro("ac-wrapper-offload-kwarg")
+def _():
+    import functools
+
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+        CheckpointImpl,
+        apply_activation_checkpointing,
+        checkpoint_wrapper,
+    )
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 1))
+    # The keyword an old FSDP example passes to the wrapper.
+    wrapper = functools.partial(
+        checkpoint_wrapper, offload_to_cpu=False, checkpoint_impl=CheckpointImpl.NO_REENTRANT
+    )
+    apply_activation_checkpointing(
+        model, checkpoint_wrapper_fn=wrapper, check_fn=lambda m: isinstance(m, nn.Linear)
+    )
+    model(torch.randn(2, 4, requires_grad=True)).sum().backward()
+
+
 @repro("ac-no-output-requires-grad")
 def _():
     x = torch.randn(2, 4, requires_grad=True)
