@@ -258,6 +258,15 @@ def check_ddp(r: Run, s: dict) -> str:
     return mib(s)
 
 
+def check_compile(r: Run, s: dict) -> str:
+    # The CPU tests compile with aot_eager; inductor's code generation is checked here.
+    need(s["compile"] and s["compile_backend"] == "inductor", "not compiled with inductor")
+    g = s["compiled_graphs"]
+    need(g[0] > 0 and len(set(g)) == 1, f"compiled graphs per step {g}: none, or recompiles")
+    finite_and_falling(s["losses"])
+    return f"{g[0]} graphs, no recompiles; {mib(s)}"
+
+
 def check_join(r: Run, s: dict) -> str:
     need(s["steps_per_rank"] == s["batches_per_rank"], "steps do not match the batches")
     return mib(s)
@@ -314,6 +323,13 @@ def example_steps(tmp: Path) -> list[Step]:
             "dcp_checkpoint.py",
             ["--load", str(ck / "dcp"), "--steps", "1"],
             check_dcp_load,
+        ),
+        example(
+            "fsdp2_compile inductor",
+            "fsdp2_compile.py",
+            ["--steps", "4"],
+            check_compile,
+            timeout=300,
         ),
         example("hsdp_train --check-parity", "hsdp_train.py", ["--check-parity"], check_2d),
         example("tp_fsdp_train --check-parity", "tp_fsdp_train.py", ["--check-parity"], check_2d),
@@ -541,8 +557,13 @@ def dry_check(step: Step) -> str:
         def stop(*_a, **_k):
             raise _Parsed
 
-        saved = mod.common.distributed
-        mod.common.distributed = stop
+        # Scripts on the shared helpers start with common.distributed; the flat, copyable
+        # ones (fsdp2_compile, fsdp2_load_pretrained) with their own init_distributed.
+        owner, attr = (
+            (mod.common, "distributed") if hasattr(mod, "common") else (mod, "init_distributed")
+        )
+        saved = getattr(owner, attr)
+        setattr(owner, attr, stop)
         try:
             with contextlib.redirect_stderr(sys.stdout):
                 mod.main(["--device", "cuda", *args])
@@ -553,7 +574,7 @@ def dry_check(step: Step) -> str:
         except Exception as e:  # a LaunchError before distributed(): a bad flag combination
             raise StepFailed(f"{stem} {args}: {e}") from None
         finally:
-            mod.common.distributed = saved
+            setattr(owner, attr, saved)
     if step.parse_torchrun:
         from torch.distributed.run import get_args_parser
 
