@@ -254,6 +254,12 @@ def hidden_numpy_env(folder: Path) -> dict:
     return {"PYTHONPATH": str(folder)}
 
 
+def compiled(s: dict) -> bool:
+    """fsdp2_compile's summary: graphs were compiled in step 0 and none after (no recompiles)."""
+    g = s["compiled_graphs"]
+    return g[0] > 0 and len(set(g)) == 1
+
+
 def tolerance(device: str) -> dict:
     """Loss tolerance against the CPU reference: cuBLAS and the fused attention kernels
     round differently from the CPU ones, so CUDA gets 1e-4 (same-device parity inside

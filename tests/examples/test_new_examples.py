@@ -30,6 +30,7 @@ from example_helpers import (
     SCRIPTS,
     Result,
     Run,
+    compiled,
     finish,
     load_script,
     run_many,
@@ -267,12 +268,6 @@ def compile_unavailable() -> str | None:
     except Exception as e:
         return f"torch.compile cannot run on this CPU build: {type(e).__name__}: {e}"
     return None
-
-
-def compiled(s: dict) -> bool:
-    """Graphs were compiled in step 0 and none after (no recompiles)."""
-    g = s["compiled_graphs"]
-    return g[0] > 0 and len(set(g)) == 1
 
 
 def test_compile_matches_eager(request):
