@@ -275,3 +275,48 @@ def test_a_parameter_named_in_a_signature_is_not_an_answer():
     fact = {"fact": "f", "terms": [["sync_module_states"]]}
     assert fact_covered(fact, _norm(out)) and not fact_covered(fact, _norm(answer_text(out)))
     assert "set_device(local_rank)" in answer_text(out)  # code that is not a signature stays
+
+
+def _section_index(tmp_path):
+    """An index of one page whose error entry is long enough to be stored in two chunks: the
+    cause in the first, the fix (naming `zap_everything`) in the second."""
+    from fsdp_skill.chunking import chunk_markdown
+    from fsdp_skill.index import builder
+    from fsdp_skill.index.store import Index
+
+    filler = " ".join(["the widget gradient stalls while the buffer grows"] * 12)
+    body = (
+        "## Widget stalls in backward\n\n<!-- objects: pkg.widget -->\n\n"
+        "```text\nRuntimeError: widget stalls in backward\n```\n\n"
+        f"**Cause.** {filler}\n\n**Cause, again.** {filler}\n\n"
+        "**Fix.** Call zap_everything() before the step.\n\n"
+        "## Something else\n\nUnrelated text about meshes and ranks.\n"
+    )
+    meta = {
+        "title": "Errors",
+        "url": "errors.md",
+        "source": "guide",
+        "page": "errors",
+        "torch_version": "2.13.0",
+    }
+    chunks = [c.to_dict() for c in chunk_markdown(meta, body, "errors.md", max_chars=900)]
+    for c in chunks:
+        c["flags"] = ""
+    assert sum(c["title"] == "Widget stalls in backward" for c in chunks) >= 2
+    builder.build(chunks, str(tmp_path / "index.bin"), {"torch_version": "2.13.0"}, "stamp")
+    return Index(str(tmp_path / "index.bin"))
+
+
+def test_a_hit_from_a_section_in_several_chunks_carries_the_whole_section(tmp_path):
+    from fsdp_skill.search.engine import search
+
+    idx = _section_index(tmp_path)
+    query = "RuntimeError: widget stalls in backward, the buffer grows"
+    whole = search(idx, query)[0]
+    assert "zap_everything" in whole["text"]  # the fix, stored in the section's second chunk
+    assert whole["text"].count("RuntimeError: widget stalls in backward") == 1  # head kept once
+    assert whole["text"].index("**Cause.**") < whole["text"].index("**Fix.**")  # section order
+    # Without it the best-scoring chunk stands alone and the fix is lost: what this guards.
+    part = search(idx, query, whole_sections=False)[0]
+    assert "zap_everything" not in part["text"]
+    idx.close()

@@ -290,6 +290,44 @@ def _signature_key(doc: dict[str, object]) -> str:
     return text[text.find("\n```", 3) :][:400] if text.startswith("```") else text[:400]
 
 
+def _section_key(doc: dict[str, object]) -> tuple[object, ...]:
+    return (doc["source"], doc["page"], doc["title"], doc["url"])
+
+
+def _whole_section(index: Index, doc_no: int, doc: dict[str, object]) -> None:
+    """Give `doc` the text of every chunk of its section, in order (chunks of one section
+    have consecutive numbers).
+
+    A long section is stored in parts (an error entry's cause in one, its fix in the next);
+    diversity keeps one hit per section, so without this the part that scored best hides the
+    part that holds the fix. The repeated head of later parts (a signature or the quoted error
+    message, see chunking.chunk_markdown) is kept once.
+    """
+    key = _section_key(doc)
+    first = last = doc_no
+    while first > 0 and _section_key(index.doc(first - 1)) == key:
+        first -= 1
+    while last + 1 < index.n_docs and _section_key(index.doc(last + 1)) == key:
+        last += 1
+    if first == last:
+        return
+    parts = [doc["text"] if n == doc_no else index.doc(n)["text"] for n in range(first, last + 1)]
+    head = _fenced_head(parts[0])
+    rest = [p[len(head) :].lstrip("\n") if head and p.startswith(head) else p for p in parts[1:]]
+    doc["text"] = "\n\n".join([parts[0], *rest])
+
+
+def _fenced_head(text: str) -> str:
+    """The code fence `text` opens with (a signature or a quoted error message), or ''."""
+    if not text.startswith("```"):
+        return ""
+    end = text.find("\n```", 3)
+    if end < 0:
+        return ""
+    close = text.find("\n", end + 4)
+    return text if close < 0 else text[:close]
+
+
 def search(
     index: Index,
     query: str,
@@ -301,6 +339,7 @@ def search(
     tokenizer: "Callable[[str], list[str]]" = tokenize,
     per_page_cap: int = PER_PAGE_CAP,
     quoted_titles: bool = True,
+    whole_sections: bool = True,
 ) -> list[dict[str, object]]:
     """Ranked result dicts for `query` (1-based `page` of `k` results).
 
@@ -310,6 +349,8 @@ def search(
     under two names, and take at most PER_PAGE_CAP hits from one page, so the first results
     offer different answers rather than five slices of one.
     quoted_titles: boost sections whose title the query quotes word for word.
+    whole_sections: a hit from a section stored in several chunks carries the text of all of
+    them, so the renderer can show the part that answers (see _whole_section).
     """
     query = condense_query(query)
     terms = query_terms(query, use_expansion, tokenizer)
@@ -337,6 +378,8 @@ def search(
             seen.update(keys)
             per_page[doc["page"]] = per_page.get(doc["page"], 0) + 1
         doc["score"] = round(score, 4)
+        if whole_sections and diversity:
+            _whole_section(index, doc_no, doc)
         out.append(doc)
         if len(out) >= wanted:
             break
