@@ -581,6 +581,18 @@ def _():
         F.cross_entropy(logits, torch.randint(0, 10, (3,)))
 
 
+@repro("tp-loss-parallel-mean-nd-mesh")
+def _():
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    from torch.distributed.tensor.parallel import loss_parallel
+
+    mesh = _mesh((1, 1), ("dp", "tp"))
+    logits = distribute_tensor(torch.randn(4, 10), mesh, [Shard(0), Shard(1)])
+    target = distribute_tensor(torch.randint(0, 10, (4,)), mesh, [Shard(0), Replicate()])
+    with loss_parallel():
+        F.cross_entropy(logits, target)
+
+
 @repro("tp-sp-residual-mixed", world=2)
 def _():
     from torch.distributed.tensor import Shard
