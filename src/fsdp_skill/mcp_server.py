@@ -259,12 +259,14 @@ class Docs:
         """Every section of every page: consecutive chunks that share page and breadcrumbs."""
         if self._sections is not None:
             return self._sections
+        from fsdp_skill.search.engine import section_key
+
         sections, by_chunk = [], {}
         current, key = None, None
         for n in range(index.n_docs):
             doc = index.doc(n)
             prefix = doc["id"].rpartition(":")[0]
-            this = (doc["source"], doc["page"], tuple(doc["breadcrumbs"]), prefix)
+            this = section_key(doc)
             if current is None or this != key:
                 current = {
                     "id": doc["id"],
@@ -314,20 +316,10 @@ class Docs:
 
     @staticmethod
     def section_text(index: "Index", sec: Section) -> str:
-        """The section's text: its chunks joined, the signature repeated atop each continuation dropped."""
-        texts = [index.doc(n)["text"] for n in sec["docs"]]
-        first = texts[0]
-        signature = ""
-        if first.startswith("```"):
-            end = first.find("\n```", 3)
-            if end >= 0:
-                signature = first[: end + 4]
-        out = [first]
-        for text in texts[1:]:
-            if signature and text.startswith(signature + "\n\n"):
-                text = text[len(signature) + 2 :]
-            out.append(text)
-        return "\n\n".join(t.strip("\n") for t in out)
+        """The section's text: its chunks joined, the head repeated atop each continuation dropped."""
+        from fsdp_skill.search.engine import join_section
+
+        return join_section([index.doc(n)["text"] for n in sec["docs"]])
 
     def _lookup(self, table: Table, ref: str) -> tuple[str, Section | list[Section]] | None:
         """(kind, section or page sections) for a reference string, or None."""

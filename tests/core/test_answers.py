@@ -277,20 +277,21 @@ def test_a_parameter_named_in_a_signature_is_not_an_answer():
     assert "set_device(local_rank)" in answer_text(out)  # code that is not a signature stays
 
 
-def _section_index(tmp_path):
+def _section_index(tmp_path, tail=""):
     """An index of one page whose error entry is long enough to be stored in two chunks: the
-    cause in the first, the fix (naming `zap_everything`) in the second."""
+    cause in the first, the fix (naming `zap_everything`) in the second; `tail` is markdown
+    placed after the entry."""
     from fsdp_skill.chunking import chunk_markdown
     from fsdp_skill.index import builder
     from fsdp_skill.index.store import Index
 
     filler = " ".join(["the widget gradient stalls while the buffer grows"] * 12)
     body = (
+        "## Intro\n\nUnrelated text about meshes and ranks.\n\n"
         "## Widget stalls in backward\n\n<!-- objects: pkg.widget -->\n\n"
         "```text\nRuntimeError: widget stalls in backward\n```\n\n"
         f"**Cause.** {filler}\n\n**Cause, again.** {filler}\n\n"
-        "**Fix.** Call zap_everything() before the step.\n\n"
-        "## Something else\n\nUnrelated text about meshes and ranks.\n"
+        "**Fix.** Call zap_everything() before the step.\n\n" + tail
     )
     meta = {
         "title": "Errors",
@@ -307,16 +308,79 @@ def _section_index(tmp_path):
     return Index(str(tmp_path / "index.bin"))
 
 
-def test_a_hit_from_a_section_in_several_chunks_carries_the_whole_section(tmp_path):
+@pytest.mark.parametrize("tail", ["", "## Something else\n\nOther words about gloo groups.\n"])
+def test_a_hit_from_a_section_in_several_chunks_carries_the_whole_section(tmp_path, tail):
     from fsdp_skill.search.engine import search
 
-    idx = _section_index(tmp_path)
-    query = "RuntimeError: widget stalls in backward, the buffer grows"
-    whole = search(idx, query)[0]
-    assert "zap_everything" in whole["text"]  # the fix, stored in the section's second chunk
-    assert whole["text"].count("RuntimeError: widget stalls in backward") == 1  # head kept once
-    assert whole["text"].index("**Cause.**") < whole["text"].index("**Fix.**")  # section order
+    idx = _section_index(tmp_path, tail)  # the entry last on the page, or followed by another
+    for query in (
+        "RuntimeError: widget stalls in backward, the buffer grows",  # matches the cause part
+        "zap_everything",  # matches the fix part: the walk goes back to the cause
+    ):
+        hit = search(idx, query)[0]
+        text = hit["text"]
+        assert hit["title"] == "Widget stalls in backward"
+        assert text.startswith("```text\nRuntimeError: widget stalls in backward\n```")
+        assert text.count("RuntimeError: widget stalls in backward") == 1  # head kept once
+        assert text.index("**Cause.**") < text.index("**Fix.**")  # section order
+        assert "zap_everything" in text and "**Cause, again.**" in text
+        assert "meshes" not in text and "gloo groups" not in text  # no neighbour's text
     # Without it the best-scoring chunk stands alone and the fix is lost: what this guards.
-    part = search(idx, query, whole_sections=False)[0]
+    part = search(
+        idx, "RuntimeError: widget stalls in backward, the buffer grows", whole_sections=False
+    )[0]
     assert "zap_everything" not in part["text"]
     idx.close()
+
+
+def test_two_sections_of_the_same_heading_are_not_merged(tmp_path):
+    from fsdp_skill.chunking import chunk_markdown
+    from fsdp_skill.index import builder
+    from fsdp_skill.index.store import Index
+    from fsdp_skill.search.engine import search
+
+    body = (
+        "## Alpha\n\n### Example\n\nAlpha example: call frobnicate_alpha().\n\n"
+        "## Beta\n\n### Example\n\nBeta example: call frobnicate_beta().\n\n"
+        "### Example\n\nGamma example: call frobnicate_gamma().\n"
+    )
+    meta = {"title": "P", "url": "p.md", "source": "guide", "page": "p", "torch_version": "x"}
+    chunks = [c.to_dict() for c in chunk_markdown(meta, body, "p.md")]
+    for c in chunks:
+        c["flags"] = ""
+    builder.build(chunks, str(tmp_path / "i.bin"), {"torch_version": "x"}, "s")
+    idx = Index(str(tmp_path / "i.bin"))
+    for word, other in (("alpha", "beta"), ("beta", "gamma"), ("gamma", "beta")):
+        text = search(idx, f"frobnicate_{word}", per_page_cap=5)[0]["text"]
+        assert f"frobnicate_{word}" in text and f"frobnicate_{other}" not in text
+    idx.close()
+
+
+def test_a_bare_api_name_finds_its_reference_entry_first():
+    from fsdp_skill.search.engine import _quoted_titles_first, bare_api_name
+
+    assert bare_api_name("init_process_group") == "init_process_group"
+    assert bare_api_name("`FSDPModule.unshard()`") == "fsdpmodule.unshard"
+    assert bare_api_name("DistributedDataParallel") == "distributeddataparallel"
+    assert bare_api_name("barrier") == ""  # a plain word may mean anything
+    assert bare_api_name("how to use init_process_group") == ""
+
+    class Idx:
+        docs = {
+            0: {"title": "Timeouts: init_process_group timeout", "source": "guide"},
+            1: {
+                "title": "torch.distributed.checkpoint.state_dict_saver.save",
+                "source": "docstring",
+            },
+            2: {"title": "torch.distributed.init_process_group", "source": "docstring"},
+        }
+
+        def doc(self, n):
+            return self.docs[n]
+
+    ranked = [(0, 10.0), (1, 9.0), (2, 8.0)]
+    assert _quoted_titles_first(Idx(), "init_process_group", ranked, {})[0][0] == 2
+    # The public alias of an entry stored under its defining module is found too.
+    alias = _quoted_titles_first(Idx(), "torch.distributed.checkpoint.save", ranked, {})
+    assert alias[0][0] == 1
+    assert _quoted_titles_first(Idx(), "init process group", ranked, {})[0][0] == 0

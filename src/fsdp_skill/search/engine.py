@@ -234,6 +234,27 @@ def _plain(text: str) -> str:
     return " ".join(text.lower().replace("`", " ").replace('"', " ").replace("'", " ").split())
 
 
+def bare_api_name(query: str) -> str:
+    """The query, lower-cased, when it is one API name (`init_process_group`,
+    `FSDPModule.unshard`, `DistributedDataParallel`): a lookup of that API's own reference
+    entry. Else '' (a plain word such as `barrier` may mean anything)."""
+    q = query.strip().strip("`").removesuffix("()")
+    parts = q.split(".")
+    if not q or not all(p and not p[0].isdigit() and p.replace("_", "").isalnum() for p in parts):
+        return ""
+    looks_like_code = "_" in q or "." in q or any(c.isupper() for c in q[1:])
+    return q.lower() if looks_like_code else ""
+
+
+def _names_api(title: str, name: str) -> bool:
+    """Whether a reference entry titled `title` documents `name`, also under a shorter public
+    path (`torch.distributed.checkpoint.save` for `...checkpoint.state_dict_saver.save`)."""
+    if title == name or title.endswith("." + name):
+        return True
+    package, _, last = name.rpartition(".")
+    return bool(package) and title.startswith(package + ".") and title.endswith("." + last)
+
+
 def _quoted_titles_first(
     index: Index,
     query: str,
@@ -246,11 +267,14 @@ def _quoted_titles_first(
     quotes it exactly; BM25 alone lets a long section that shares many of the words win.
     """
     plain_query = _plain(query)
+    name = bare_api_name(query)
     head = []
     for doc_no, score in ranked[:QUOTED_CANDIDATES]:
         doc = docs[doc_no] = index.doc(doc_no)
         title = _plain(doc["title"])
         if len(title) >= QUOTED_TITLE_MIN and title in plain_query:
+            score *= QUOTED_TITLE_BOOST
+        elif name and doc["source"] != "guide" and _names_api(title, name):
             score *= QUOTED_TITLE_BOOST
         head.append((doc_no, score))
     head.sort(key=lambda kv: (-kv[1], kv[0]))
@@ -285,47 +309,86 @@ def _guides_first(hits: list[dict[str, object]]) -> None:
 
 
 def _signature_key(doc: dict[str, object]) -> str:
-    """Near-duplicate key: the same text published under two names collapses to one hit."""
+    """Near-duplicate key: the same text published under two names collapses to one hit (the
+    text after a leading signature fence; the whole text when the fence is all there is)."""
     text = doc["text"]
-    return text[text.find("\n```", 3) :][:400] if text.startswith("```") else text[:400]
+    if text.startswith("```"):
+        rest = text[text.find("\n```", 3) :]
+        if rest.strip("`\n "):
+            return rest[:400]
+    return text[:400]
 
 
-def _section_key(doc: dict[str, object]) -> tuple[object, ...]:
-    return (doc["source"], doc["page"], doc["title"], doc["url"])
+MAX_SECTION_CHARS = (
+    6000  # a hit's whole-section text; long API entries keep the parts nearest the hit
+)
 
 
-def _whole_section(index: Index, doc_no: int, doc: dict[str, object]) -> None:
-    """Give `doc` the text of every chunk of its section, in order (chunks of one section
-    have consecutive numbers).
+def section_key(doc: dict[str, object]) -> tuple[object, ...]:
+    """What the chunks of one section share: source, page, breadcrumbs and the id before the
+    part number (chunking.chunk_markdown numbers a section's parts `:0`, `:1`, ...; a repeated
+    heading gets `.1`, `.2` after the number)."""
+    return (doc["source"], doc["page"], tuple(doc["breadcrumbs"]), doc["id"].rpartition(":")[0])
+
+
+def join_section(texts: list[str]) -> str:
+    """A section's chunk texts in order, as one text: the head chunking repeats atop each
+    continuation (a signature, a quoted error message) is kept once."""
+    first = texts[0]
+    head = ""
+    if first.startswith("```"):
+        end = first.find("\n```", 3)
+        if end >= 0:
+            head = first[: end + 4]
+    out = [first]
+    for text in texts[1:]:
+        if head and text.startswith(head + "\n\n"):
+            text = text[len(head) + 2 :]
+        out.append(text)
+    return "\n\n".join(t.strip("\n") for t in out)
+
+
+def _part_no(doc: dict[str, object]) -> str:
+    """A chunk's part number within its section ('0' for the first), '' for no chunk."""
+    return doc["id"].rpartition(":")[2].partition(".")[0] if doc else ""
+
+
+def _whole_section(
+    index: Index, doc_no: int, doc: dict[str, object], docs: dict[int, dict[str, object]]
+) -> None:
+    """Give `doc` the text of its section's other chunks (consecutive doc numbers), nearest
+    first, up to MAX_SECTION_CHARS.
 
     A long section is stored in parts (an error entry's cause in one, its fix in the next);
     diversity keeps one hit per section, so without this the part that scored best hides the
-    part that holds the fix. The repeated head of later parts (a signature or the quoted error
-    message, see chunking.chunk_markdown) is kept once.
+    part that holds the fix.
     """
-    key = _section_key(doc)
-    first = last = doc_no
-    while first > 0 and _section_key(index.doc(first - 1)) == key:
-        first -= 1
-    while last + 1 < index.n_docs and _section_key(index.doc(last + 1)) == key:
-        last += 1
-    if first == last:
-        return
-    parts = [doc["text"] if n == doc_no else index.doc(n)["text"] for n in range(first, last + 1)]
-    head = _fenced_head(parts[0])
-    rest = [p[len(head) :].lstrip("\n") if head and p.startswith(head) else p for p in parts[1:]]
-    doc["text"] = "\n\n".join([parts[0], *rest])
+    key = section_key(doc)
+    parts = {doc_no: doc}
 
+    def part(n: int) -> dict[str, object] | None:
+        # Part 0 opens a section: never walk back past it, nor forward onto the next one's.
+        if not 0 <= n < index.n_docs or _part_no(parts[n + 1] if n < doc_no else {}) == "0":
+            return None
+        other = docs.get(n) or index.doc(n)
+        docs[n] = other
+        if n > doc_no and _part_no(other) == "0":
+            return None
+        return other if section_key(other) == key else None
 
-def _fenced_head(text: str) -> str:
-    """The code fence `text` opens with (a signature or a quoted error message), or ''."""
-    if not text.startswith("```"):
-        return ""
-    end = text.find("\n```", 3)
-    if end < 0:
-        return ""
-    close = text.find("\n", end + 4)
-    return text if close < 0 else text[:close]
+    size = len(doc["text"])
+    lo, hi, grow = doc_no, doc_no, True
+    while grow:
+        grow = False
+        for n in (hi + 1, lo - 1):
+            other = part(n)
+            if other is None or size + len(other["text"]) > MAX_SECTION_CHARS:
+                continue
+            parts[n] = other
+            size += len(other["text"])
+            lo, hi, grow = min(lo, n), max(hi, n), True
+    if len(parts) > 1:
+        doc["text"] = join_section([parts[n]["text"] for n in sorted(parts)])
 
 
 def search(
@@ -349,8 +412,9 @@ def search(
     under two names, and take at most PER_PAGE_CAP hits from one page, so the first results
     offer different answers rather than five slices of one.
     quoted_titles: boost sections whose title the query quotes word for word.
-    whole_sections: a hit from a section stored in several chunks carries the text of all of
-    them, so the renderer can show the part that answers (see _whole_section).
+    whole_sections: a hit from a section stored in several chunks carries the text of the
+    others too (up to MAX_SECTION_CHARS), so the renderer can show the part that answers (see
+    _whole_section). Only with diversity, which keeps one hit per section.
     """
     query = condense_query(query)
     terms = query_terms(query, use_expansion, tokenizer)
@@ -363,7 +427,7 @@ def search(
     if quoted_titles:
         ranked = _quoted_titles_first(index, query, ranked, docs)
     wanted = k * page
-    out, per_page, seen = [], {}, set()
+    out, per_page, seen, numbers = [], {}, set(), {}
     for doc_no, score in ranked:
         doc = docs.get(doc_no) or index.doc(doc_no)
         if source is None:
@@ -378,14 +442,17 @@ def search(
             seen.update(keys)
             per_page[doc["page"]] = per_page.get(doc["page"], 0) + 1
         doc["score"] = round(score, 4)
-        if whole_sections and diversity:
-            _whole_section(index, doc_no, doc)
+        numbers[id(doc)] = doc_no
         out.append(doc)
         if len(out) >= wanted:
             break
-    if diversity:
+    if diversity and not bare_api_name(query):
+        # A bare API name asks for that API's reference entry, which the boost above put first.
         _guides_first(out)
     results = out[k * (page - 1) : wanted]
+    if whole_sections and diversity:
+        for doc in results:
+            _whole_section(index, numbers[id(doc)], doc, docs)
     for rank, doc in enumerate(results, start=k * (page - 1) + 1):
         doc["rank"] = rank
     return results
