@@ -277,14 +277,24 @@ def test_a_parameter_named_in_a_signature_is_not_an_answer():
     assert "set_device(local_rank)" in answer_text(out)  # code that is not a signature stays
 
 
+def _index_of(tmp_path, body, max_chars=None):
+    """An index of one guide page with markdown `body`, chunked as the build does."""
+    from fsdp_skill.chunking import MAX_CHARS, chunk_markdown
+    from fsdp_skill.index import builder
+    from fsdp_skill.index.store import Index
+
+    meta = {"title": "P", "url": "p.md", "source": "guide", "page": "p", "torch_version": "x"}
+    chunks = [c.to_dict() for c in chunk_markdown(meta, body, "p.md", max_chars or MAX_CHARS)]
+    for c in chunks:
+        c["flags"] = ""
+    builder.build(chunks, str(tmp_path / "index.bin"), {"torch_version": "x"}, "stamp")
+    return Index(str(tmp_path / "index.bin")), chunks
+
+
 def _section_index(tmp_path, tail=""):
     """An index of one page whose error entry is long enough to be stored in two chunks: the
     cause in the first, the fix (naming `zap_everything`) in the second; `tail` is markdown
     placed after the entry."""
-    from fsdp_skill.chunking import chunk_markdown
-    from fsdp_skill.index import builder
-    from fsdp_skill.index.store import Index
-
     filler = " ".join(["the widget gradient stalls while the buffer grows"] * 12)
     body = (
         "## Intro\n\nUnrelated text about meshes and ranks.\n\n"
@@ -293,19 +303,9 @@ def _section_index(tmp_path, tail=""):
         f"**Cause.** {filler}\n\n**Cause, again.** {filler}\n\n"
         "**Fix.** Call zap_everything() before the step.\n\n" + tail
     )
-    meta = {
-        "title": "Errors",
-        "url": "errors.md",
-        "source": "guide",
-        "page": "errors",
-        "torch_version": "2.13.0",
-    }
-    chunks = [c.to_dict() for c in chunk_markdown(meta, body, "errors.md", max_chars=900)]
-    for c in chunks:
-        c["flags"] = ""
+    idx, chunks = _index_of(tmp_path, body, max_chars=900)
     assert sum(c["title"] == "Widget stalls in backward" for c in chunks) >= 2
-    builder.build(chunks, str(tmp_path / "index.bin"), {"torch_version": "2.13.0"}, "stamp")
-    return Index(str(tmp_path / "index.bin"))
+    return idx
 
 
 @pytest.mark.parametrize("tail", ["", "## Something else\n\nOther words about gloo groups.\n"])
@@ -334,9 +334,6 @@ def test_a_hit_from_a_section_in_several_chunks_carries_the_whole_section(tmp_pa
 
 
 def test_two_sections_of_the_same_heading_are_not_merged(tmp_path):
-    from fsdp_skill.chunking import chunk_markdown
-    from fsdp_skill.index import builder
-    from fsdp_skill.index.store import Index
     from fsdp_skill.search.engine import search
 
     body = (
@@ -344,12 +341,7 @@ def test_two_sections_of_the_same_heading_are_not_merged(tmp_path):
         "## Beta\n\n### Example\n\nBeta example: call frobnicate_beta().\n\n"
         "### Example\n\nGamma example: call frobnicate_gamma().\n"
     )
-    meta = {"title": "P", "url": "p.md", "source": "guide", "page": "p", "torch_version": "x"}
-    chunks = [c.to_dict() for c in chunk_markdown(meta, body, "p.md")]
-    for c in chunks:
-        c["flags"] = ""
-    builder.build(chunks, str(tmp_path / "i.bin"), {"torch_version": "x"}, "s")
-    idx = Index(str(tmp_path / "i.bin"))
+    idx, _ = _index_of(tmp_path, body)
     for word, other in (("alpha", "beta"), ("beta", "gamma"), ("gamma", "beta")):
         text = search(idx, f"frobnicate_{word}", per_page_cap=5)[0]["text"]
         assert f"frobnicate_{word}" in text and f"frobnicate_{other}" not in text
@@ -358,6 +350,9 @@ def test_two_sections_of_the_same_heading_are_not_merged(tmp_path):
 
 def test_a_bare_api_name_finds_its_reference_entry_first():
     from fsdp_skill.search.engine import _quoted_titles_first, bare_api_name
+
+    def boosted(query):
+        return _quoted_titles_first(Idx(), query, ranked, {}, bare_api_name(query))
 
     assert bare_api_name("init_process_group") == "init_process_group"
     assert bare_api_name("`FSDPModule.unshard()`") == "fsdpmodule.unshard"
@@ -379,8 +374,7 @@ def test_a_bare_api_name_finds_its_reference_entry_first():
             return self.docs[n]
 
     ranked = [(0, 10.0), (1, 9.0), (2, 8.0)]
-    assert _quoted_titles_first(Idx(), "init_process_group", ranked, {})[0][0] == 2
+    assert boosted("init_process_group")[0][0] == 2
     # The public alias of an entry stored under its defining module is found too.
-    alias = _quoted_titles_first(Idx(), "torch.distributed.checkpoint.save", ranked, {})
-    assert alias[0][0] == 1
-    assert _quoted_titles_first(Idx(), "init process group", ranked, {})[0][0] == 0
+    assert boosted("torch.distributed.checkpoint.save")[0][0] == 1
+    assert boosted("init process group")[0][0] == 0

@@ -260,14 +260,15 @@ def _quoted_titles_first(
     query: str,
     ranked: list[tuple[int, float]],
     docs: dict[int, dict[str, object]],
+    name: str = "",
 ) -> list[tuple[int, float]]:
     """Boost the top candidates whose section title appears word for word in the query.
 
     An error-catalog heading is the message's first sentence, so a user who pastes the error
     quotes it exactly; BM25 alone lets a long section that shares many of the words win.
+    `name` (bare_api_name of the query) boosts the reference entries documenting that API.
     """
     plain_query = _plain(query)
-    name = bare_api_name(query)
     head = []
     for doc_no, score in ranked[:QUOTED_CANDIDATES]:
         doc = docs[doc_no] = index.doc(doc_no)
@@ -319,9 +320,8 @@ def _signature_key(doc: dict[str, object]) -> str:
     return text[:400]
 
 
-MAX_SECTION_CHARS = (
-    6000  # a hit's whole-section text; long API entries keep the parts nearest the hit
-)
+# A hit's whole-section text; long API entries keep the parts nearest the hit.
+MAX_SECTION_CHARS = 6000
 
 
 def section_key(doc: dict[str, object]) -> tuple[object, ...]:
@@ -349,8 +349,8 @@ def join_section(texts: list[str]) -> str:
 
 
 def _part_no(doc: dict[str, object]) -> str:
-    """A chunk's part number within its section ('0' for the first), '' for no chunk."""
-    return doc["id"].rpartition(":")[2].partition(".")[0] if doc else ""
+    """A chunk's part number within its section ('0' for the first)."""
+    return doc["id"].rpartition(":")[2].partition(".")[0]
 
 
 def _whole_section(
@@ -367,13 +367,14 @@ def _whole_section(
     parts = {doc_no: doc}
 
     def part(n: int) -> dict[str, object] | None:
-        # Part 0 opens a section: never walk back past it, nor forward onto the next one's.
-        if not 0 <= n < index.n_docs or _part_no(parts[n + 1] if n < doc_no else {}) == "0":
+        if not 0 <= n < index.n_docs:
             return None
+        if n < doc_no and _part_no(parts[n + 1]) == "0":
+            return None  # part 0 opens the section: nothing before it belongs to it
         other = docs.get(n) or index.doc(n)
         docs[n] = other
         if n > doc_no and _part_no(other) == "0":
-            return None
+            return None  # the next section's first part
         return other if section_key(other) == key else None
 
     size = len(doc["text"])
@@ -417,6 +418,7 @@ def search(
     _whole_section). Only with diversity, which keeps one hit per section.
     """
     query = condense_query(query)
+    name = bare_api_name(query)
     terms = query_terms(query, use_expansion, tokenizer)
     constant, extra = index.scores(terms)
     prior = index.prior
@@ -425,7 +427,7 @@ def search(
     )
     docs = {}
     if quoted_titles:
-        ranked = _quoted_titles_first(index, query, ranked, docs)
+        ranked = _quoted_titles_first(index, query, ranked, docs, name)
     wanted = k * page
     out, per_page, seen, numbers = [], {}, set(), {}
     for doc_no, score in ranked:
@@ -446,7 +448,7 @@ def search(
         out.append(doc)
         if len(out) >= wanted:
             break
-    if diversity and not bare_api_name(query):
+    if diversity and not name:
         # A bare API name asks for that API's reference entry, which the boost above put first.
         _guides_first(out)
     results = out[k * (page - 1) : wanted]
