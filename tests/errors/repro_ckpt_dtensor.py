@@ -134,6 +134,18 @@ def _():
     dcp.load({"model": nn.Linear(4, 16).state_dict()}, checkpoint_id=ckpt)
 
 
+class _ScaledTensor(torch.Tensor):
+    """A tensor subclass that is not on torch.load's weights-only allowlist (like Float8 types)."""
+
+
+@repro("dcp-load-tensor-subclass-weights-only")
+def _():
+    dcp = _dcp()
+    ckpt = _tmpdir()
+    dcp.save({"w": torch.arange(4.0).as_subclass(_ScaledTensor)}, checkpoint_id=ckpt)
+    dcp.load({"w": torch.zeros(4).as_subclass(_ScaledTensor)}, checkpoint_id=ckpt)
+
+
 @repro("dcp-load-no-process-group", pg=False)
 def _():
     dcp = _dcp()

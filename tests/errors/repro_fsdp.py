@@ -297,6 +297,24 @@ def _():
     model(torch.randn(2, 4)).sum().backward()
 
 
+class _StepInForward(nn.Module):
+    """A training step written as a forward: backward runs inside the wrapped forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        loss = self.lin(x).sum()
+        loss.backward()
+        return loss.detach()
+
+
+@repro("fsdp1-backward-inside-forward", world=2)
+def _():
+    FSDP(_StepInForward(), device_id=CPU)(torch.randn(2, 4))
+
+
 @repro("fsdp-sharded-weights-saved", world=2)
 def _():
     model = FSDP(_mlp(), device_id=CPU, use_orig_params=True)

@@ -17,6 +17,7 @@ import os
 import re
 import sys
 import traceback
+import types
 import warnings
 from pathlib import Path
 
@@ -72,6 +73,17 @@ def cpu_patches():
         torch.cuda.set_device, torch.Tensor.cuda, nn.Module.cuda, torch.cuda.current_device = saved
 
 
+@contextlib.contextmanager
+def as_main(module: types.ModuleType):
+    """Make `module` the `__main__` module for the duration, then put the runner back."""
+    saved = sys.modules["__main__"]
+    sys.modules["__main__"] = module
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = saved
+
+
 def ensure_group(code: str) -> None:
     """A block that initialises its own group gets none; every other block gets a gloo one."""
     owns = "init_process_group(" in code
@@ -85,15 +97,11 @@ def ensure_group(code: str) -> None:
 def run_block(b: dict, setups: dict) -> str:
     code = cpu_text(b["code"]) if b["adapt"] == "cpu" else b["code"]
     ensure_group(code)
-    ns = {
-        "__name__": "__main__",
-        "os": os,
-        "contextlib": contextlib,
-        "torch": torch,
-        "nn": nn,
-        "F": F,
-        "dist": dist,
-    }
+    # The block runs as a script's top level: its namespace is the `__main__` module while it
+    # runs, so classes it defines pickle by name (torch.save, DCP) as they would in a user's file.
+    main = types.ModuleType("__main__")
+    ns = main.__dict__
+    ns.update(os=os, contextlib=contextlib, torch=torch, nn=nn, F=F, dist=dist)
     torch.manual_seed(0)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -101,6 +109,7 @@ def run_block(b: dict, setups: dict) -> str:
             with (
                 cpu_patches() if b["adapt"] == "cpu" else contextlib.nullcontext(),
                 own_group_store(TIMEOUT),
+                as_main(main),
             ):
                 if b["setup"]:
                     setups[b["setup"]](ns)
