@@ -93,6 +93,15 @@ def _():
             model(x, both=step == 0).sum().backward()
 
 
+@repro("ddp-static-graph-first-step-no-sync", world=2, pg=False)
+def _():
+    with _two_ranks("ddp-static-graph-first-step-no-sync"):
+        model = DDP(nn.Linear(4, 4), static_graph=True)
+        with model.no_sync():  # the very first step accumulates
+            model(torch.randn(2, 4)).sum().backward()
+        model(torch.randn(2, 4)).sum().backward()
+
+
 @repro("ddp-mark-variable-ready-twice", world=2, pg=False)
 def _():
     from torch.utils.checkpoint import checkpoint
